@@ -1,0 +1,105 @@
+// Command claude-sandbox runs a command in a rootless Linux sandbox built
+// from namespaces: a read-only view of the host, an empty home, a private
+// /dev and /proc, no capabilities and a cleared environment.
+//
+// Usage:
+//
+//	claude-sandbox run [OPTIONS] [--] COMMAND [ARG...]
+//	claude-sandbox plan --json [OPTIONS] [--] COMMAND [ARG...]
+//
+// See `claude-sandbox run --help` for the options.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/claude-sandbox/claude-sandbox/nsexec"
+	"github.com/claude-sandbox/claude-sandbox/plan"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const mainHelp = `claude-sandbox: run commands (and the Claude Code CLI) in a rootless sandbox.
+
+Usage:
+  claude-sandbox run [OPTIONS] [--] COMMAND [ARG...]   run COMMAND sandboxed
+  claude-sandbox plan --json [OPTIONS] [--] COMMAND    print the plan, run nothing
+  claude-sandbox version                               print the version
+  claude-sandbox help                                  this text
+
+'claude-sandbox run --help' lists the options.
+`
+
+func main() {
+	nsexec.Init() // a re-executed stage runs here and never returns
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, mainHelp)
+		return 2
+	}
+	switch args[0] {
+	case "run", "plan":
+		return runOrPlan(args[0], args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "claude-sandbox", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, mainHelp)
+		return 0
+	}
+	fmt.Fprintf(stderr, "claude-sandbox: unknown command %q (try claude-sandbox help)\n", args[0])
+	return 2
+}
+
+func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
+	r, err := parseRunArgs(args, verb == "plan")
+	if err != nil {
+		fmt.Fprintf(stderr, "claude-sandbox %s: %v\n", verb, err)
+		return 2
+	}
+	if r.help {
+		fmt.Fprint(stdout, runHelp)
+		return 0
+	}
+	if verb == "plan" && !r.json {
+		fmt.Fprintln(stderr, "claude-sandbox plan: only --json output exists; add --json")
+		return 2
+	}
+	r.opts.UID, r.opts.GID = os.Getuid(), os.Getgid()
+	r.opts.Environ = os.Environ()
+	r.opts.Home = os.Getenv("HOME")
+	if wd, err := os.Getwd(); err == nil {
+		r.opts.Cwd = wd
+	}
+	p, err := plan.Build(r.opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "claude-sandbox %s: %v\n", verb, err)
+		return 2
+	}
+	if verb == "plan" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(p); err != nil {
+			fmt.Fprintln(stderr, "claude-sandbox plan:", err)
+			return 1
+		}
+		return 0
+	}
+	code, err := nsexec.Run(p, nsexec.Options{})
+	if err != nil {
+		var pe *plan.Error
+		if errors.As(err, &pe) {
+			code = 2
+		}
+		fmt.Fprintln(stderr, "claude-sandbox:", err)
+	}
+	return code
+}

@@ -1,0 +1,112 @@
+// Package mounts describes and builds the sandbox's filesystem view.
+//
+// A view is an ordered list of [Op] values: the host root bound read-only,
+// a private /dev, a /proc, then the caller's tmpfs, bind and mask operations.
+// The list is plain data, built and validated by pure code elsewhere (package
+// plan) and printable as JSON; [Setup] applies it inside a fresh mount
+// namespace and pivots into the result.
+//
+// What it does not do: it never creates namespaces (package nsexec does),
+// never changes anything in the caller's mount namespace, and never decides
+// policy (which paths to hide is the product's business). Setup must run in
+// a process that owns a private mount namespace and holds CAP_SYS_ADMIN in
+// that namespace's user namespace; calling it anywhere else is a bug.
+package mounts
+
+import (
+	"fmt"
+	"path"
+	"strings"
+)
+
+// Kind names one filesystem operation.
+type Kind string
+
+// The operations a view is made of, applied in order.
+const (
+	// RootRO binds the host's whole root at "/", every submount read-only.
+	RootRO Kind = "root-ro"
+	// Dev mounts a private /dev: a small tmpfs with null, zero, full,
+	// random, urandom and tty bound from the host, a new devpts instance
+	// with its own ptmx, and a tmpfs /dev/shm.
+	Dev Kind = "dev"
+	// Proc mounts a fresh procfs for the sandbox's PID namespace; where the
+	// kernel refuses (a container that masks parts of /proc), the host's
+	// /proc is bound read-only instead and a warning is reported.
+	Proc Kind = "proc"
+	// Tmpfs mounts an empty writable tmpfs at Dst with permissions Mode.
+	Tmpfs Kind = "tmpfs"
+	// Bind binds the host path Src at Dst, writable.
+	Bind Kind = "bind"
+	// ROBind binds the host path Src at Dst, read-only (submounts too).
+	ROBind Kind = "ro-bind"
+	// Mask hides Dst: /dev/null over a file, an empty read-only tmpfs over
+	// a directory. A Dst that does not exist is left alone.
+	Mask Kind = "mask"
+)
+
+// Op is one step of a filesystem view. Paths are absolute and clean; Src is
+// a path on the host, Dst a path inside the sandbox.
+type Op struct {
+	Kind Kind   `json:"kind"`
+	Src  string `json:"src,omitempty"`
+	Dst  string `json:"dst"`
+	// Mode is the permission bits of a tmpfs root (Tmpfs only).
+	Mode uint32 `json:"mode,omitempty"`
+	// Optional makes a missing Src a skip instead of an error (the
+	// --bind-try and --ro-bind-try forms).
+	Optional bool `json:"optional,omitempty"`
+}
+
+// HasSource reports whether the kind reads a host path.
+func (k Kind) HasSource() bool { return k == Bind || k == ROBind }
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool {
+	switch k {
+	case RootRO, Dev, Proc, Tmpfs, Bind, ROBind, Mask:
+		return true
+	}
+	return false
+}
+
+// String renders the op the way a user would have written it on the
+// command line, for error messages and logs.
+func (o Op) String() string {
+	switch o.Kind {
+	case Bind, ROBind:
+		s := fmt.Sprintf("%s %s -> %s", o.Kind, o.Src, o.Dst)
+		if o.Optional {
+			s += " (try)"
+		}
+		return s
+	case Tmpfs:
+		return fmt.Sprintf("tmpfs %s (mode %04o)", o.Dst, o.Mode)
+	default:
+		return fmt.Sprintf("%s %s", o.Kind, o.Dst)
+	}
+}
+
+// Within reports whether p is dir itself or lies below it. Both must be
+// absolute and clean.
+func Within(p, dir string) bool {
+	if dir == "/" {
+		return true
+	}
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// CleanAbs returns the cleaned form of an absolute path, or an error that
+// names what is wrong with it.
+func CleanAbs(p string) (string, error) {
+	if p == "" {
+		return "", fmt.Errorf("empty path")
+	}
+	if !path.IsAbs(p) {
+		return "", fmt.Errorf("%q is not an absolute path", p)
+	}
+	if strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("%q contains a NUL byte", p)
+	}
+	return path.Clean(p), nil
+}

@@ -1,0 +1,482 @@
+package mounts
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Error is a failed mount step, readable on its own:
+// "bind /home/u/.cache -> /home/u/.cache: permission denied".
+type Error struct {
+	Op  string // what was being done, e.g. "bind", "create mount point"
+	Src string
+	Dst string
+	Err error
+}
+
+func (e *Error) Error() string {
+	switch {
+	case e.Src != "" && e.Dst != "":
+		return fmt.Sprintf("%s %s -> %s: %v", e.Op, e.Src, e.Dst, e.Err)
+	case e.Dst != "":
+		return fmt.Sprintf("%s %s: %v", e.Op, e.Dst, e.Err)
+	default:
+		return fmt.Sprintf("%s: %v", e.Op, e.Err)
+	}
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Where the host root and the view under construction live while Setup
+// works: it first pivots into a scratch tmpfs so both are reachable by
+// plain paths, and the last pivot drops the scratch and the host root.
+const (
+	oldRoot = "/oldroot"
+	newRoot = "/newroot"
+)
+
+// stagingDirs are tried in order as the mount point of the scratch tmpfs.
+// The mount exists only in the sandbox's own mount namespace.
+var stagingDirs = []string{"/tmp", "/run", "/mnt", "/var/tmp", "/media", "/opt", "/srv"}
+
+// Setup applies ops in the current (private) mount namespace and makes the
+// result the process's root. Warnings are things that were degraded but not
+// refused (the /proc fallback, a -try bind whose source vanished).
+func Setup(ops []Op) (warnings []string, err error) {
+	if len(ops) == 0 || ops[0].Kind != RootRO {
+		return nil, &Error{Op: "setup", Err: errors.New("the first operation must be root-ro")}
+	}
+	// Nothing we do may propagate back to the host's mount namespace.
+	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		return nil, &Error{Op: "make mounts private", Dst: "/", Err: err}
+	}
+	if err := enterStaging(); err != nil {
+		return nil, err
+	}
+	b := &builder{}
+	defer b.close()
+	for _, op := range ops {
+		if err := b.apply(op); err != nil {
+			return b.warnings, err
+		}
+	}
+	if err := b.pivot(); err != nil {
+		return b.warnings, err
+	}
+	return b.warnings, nil
+}
+
+// enterStaging mounts a scratch tmpfs and pivots into it, leaving the host
+// root at /oldroot and an empty /newroot to build on.
+func enterStaging() error {
+	var lastErr error
+	for _, dir := range stagingDirs {
+		fi, err := os.Lstat(dir)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700"); err != nil {
+			lastErr = &Error{Op: "mount scratch tmpfs", Dst: dir, Err: err}
+			continue
+		}
+		for _, d := range []string{oldRoot, newRoot} {
+			if err := os.Mkdir(dir+d, 0o700); err != nil {
+				return &Error{Op: "create", Dst: dir + d, Err: err}
+			}
+		}
+		if err := unix.Chdir(dir); err != nil {
+			return &Error{Op: "chdir", Dst: dir, Err: err}
+		}
+		if err := unix.PivotRoot(".", "."+oldRoot); err != nil {
+			return &Error{Op: "pivot_root into scratch", Dst: dir, Err: err}
+		}
+		if err := unix.Chdir("/"); err != nil {
+			return &Error{Op: "chdir", Dst: "/", Err: err}
+		}
+		return nil
+	}
+	if lastErr == nil {
+		lastErr = &Error{Op: "setup", Err: fmt.Errorf("none of %s exists to hold a scratch tmpfs", strings.Join(stagingDirs, ", "))}
+	}
+	return lastErr
+}
+
+type builder struct {
+	root     int // O_PATH fd of /newroot once the root is attached
+	warnings []string
+}
+
+func (b *builder) close() {
+	if b.root > 0 {
+		unix.Close(b.root)
+	}
+}
+
+func (b *builder) warnf(format string, a ...any) {
+	b.warnings = append(b.warnings, fmt.Sprintf(format, a...))
+}
+
+func (b *builder) apply(op Op) error {
+	switch op.Kind {
+	case RootRO:
+		return b.rootRO()
+	case Dev:
+		return b.dev(op.Dst)
+	case Proc:
+		return b.proc(op.Dst)
+	case Tmpfs:
+		return b.tmpfs(op.Dst, op.Mode, 0, "tmpfs")
+	case Bind, ROBind:
+		return b.bind(op)
+	case Mask:
+		return b.mask(op.Dst)
+	}
+	return &Error{Op: "setup", Err: fmt.Errorf("unknown operation %q", op.Kind)}
+}
+
+func (b *builder) rootRO() error {
+	fd, err := cloneTree(oldRoot, true, true)
+	if err != nil {
+		return &Error{Op: "bind read-only", Src: "/", Dst: "/", Err: err}
+	}
+	defer unix.Close(fd)
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, newRoot, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return &Error{Op: "attach read-only root", Dst: "/", Err: err}
+	}
+	b.root, err = unix.Open(newRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &Error{Op: "open new root", Err: err}
+	}
+	return nil
+}
+
+// cloneTree makes a detached copy of the mount at path (and, when
+// recursive, every mount below it), optionally read-only throughout.
+func cloneTree(path string, recursive, readOnly bool) (int, error) {
+	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
+	if recursive {
+		flags |= unix.AT_RECURSIVE
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, flags)
+	if err != nil {
+		return -1, err
+	}
+	if readOnly {
+		attrFlags := unix.AT_EMPTY_PATH
+		if recursive {
+			attrFlags |= unix.AT_RECURSIVE
+		}
+		attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID}
+		if err := unix.MountSetattr(fd, "", uint(attrFlags), attr); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("make read-only: %w", err)
+		}
+	}
+	return fd, nil
+}
+
+// newFS creates a detached mount of a fresh filesystem.
+func newFS(fstype string, opts map[string]string, attrs int) (int, error) {
+	fsfd, err := unix.Fsopen(fstype, unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fsfd)
+	for k, v := range opts {
+		if v == "" {
+			err = unix.FsconfigSetFlag(fsfd, k)
+		} else {
+			err = unix.FsconfigSetString(fsfd, k, v)
+		}
+		if err != nil {
+			return -1, fmt.Errorf("option %s=%s: %w", k, v, err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, err
+	}
+	return unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, attrs)
+}
+
+// attach moves the detached mount fd onto dst inside the new root.
+func (b *builder) attach(fd int, dst string) error {
+	t, err := b.openIn(dst)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(t)
+	return unix.MoveMount(fd, "", t, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+}
+
+// openIn opens dst as an O_PATH fd, resolving every component (symlinks
+// included) as if the new root were "/": nothing can point outside it.
+func (b *builder) openIn(dst string) (int, error) {
+	rel := strings.TrimPrefix(dst, "/")
+	if rel == "" {
+		rel = "."
+	}
+	return unix.Openat2(b.root, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+}
+
+// statIn reports what dst is inside the new root; ok is false when it does
+// not exist.
+func (b *builder) statIn(dst string) (st unix.Stat_t, ok bool, err error) {
+	fd, err := b.openIn(dst)
+	if errors.Is(err, unix.ENOENT) {
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return st, false, err
+	}
+	return st, true, nil
+}
+
+// ensure makes dst exist inside the new root as a directory (dir) or an
+// empty file, creating missing parents as directories.
+func (b *builder) ensure(dst string, dir bool) error {
+	st, ok, err := b.statIn(dst)
+	if err != nil {
+		return err
+	}
+	if ok {
+		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		if isDir != dir {
+			if dir {
+				return errors.New("destination exists and is not a directory")
+			}
+			return errors.New("destination is a directory but the source is not")
+		}
+		return nil
+	}
+	parent, name := splitParent(dst)
+	if err := b.ensure(parent, true); err != nil {
+		return err
+	}
+	pfd, err := b.openDirIn(parent)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	if dir {
+		err = unix.Mkdirat(pfd, name, 0o755)
+	} else {
+		var fd int
+		fd, err = unix.Openat(pfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
+		if err == nil {
+			unix.Close(fd)
+		}
+	}
+	if errors.Is(err, unix.EROFS) {
+		return fmt.Errorf("cannot create it: %s is on the read-only host view (mount a --tmpfs over a parent, or create it on the host)", parent)
+	}
+	if errors.Is(err, unix.EEXIST) {
+		return nil
+	}
+	return err
+}
+
+func (b *builder) openDirIn(dst string) (int, error) {
+	rel := strings.TrimPrefix(dst, "/")
+	if rel == "" {
+		rel = "."
+	}
+	return unix.Openat2(b.root, rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+}
+
+func splitParent(p string) (string, string) {
+	i := strings.LastIndexByte(p, '/')
+	if i <= 0 {
+		return "/", p[i+1:]
+	}
+	return p[:i], p[i+1:]
+}
+
+func (b *builder) tmpfs(dst string, mode uint32, attrs int, what string) error {
+	if err := b.ensure(dst, true); err != nil {
+		return &Error{Op: "create mount point for " + what, Dst: dst, Err: err}
+	}
+	fd, err := newFS("tmpfs", map[string]string{"mode": fmt.Sprintf("%04o", mode)}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|attrs)
+	if err != nil {
+		return &Error{Op: "mount " + what, Dst: dst, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := b.attach(fd, dst); err != nil {
+		return &Error{Op: "mount " + what, Dst: dst, Err: err}
+	}
+	return nil
+}
+
+func (b *builder) bind(op Op) error {
+	hostSrc := oldRoot + op.Src
+	fi, err := os.Stat(hostSrc)
+	if err != nil {
+		if op.Optional && errors.Is(err, os.ErrNotExist) {
+			b.warnf("skipped %s: the source disappeared", op)
+			return nil
+		}
+		return &Error{Op: string(op.Kind), Src: op.Src, Dst: op.Dst, Err: unwrap(err)}
+	}
+	if err := b.ensure(op.Dst, fi.IsDir()); err != nil {
+		return &Error{Op: "create mount point for " + string(op.Kind), Src: op.Src, Dst: op.Dst, Err: err}
+	}
+	fd, err := cloneTree(hostSrc, true, op.Kind == ROBind)
+	if err != nil {
+		return &Error{Op: string(op.Kind), Src: op.Src, Dst: op.Dst, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := b.attach(fd, op.Dst); err != nil {
+		return &Error{Op: string(op.Kind), Src: op.Src, Dst: op.Dst, Err: err}
+	}
+	return nil
+}
+
+func (b *builder) mask(dst string) error {
+	st, ok, err := b.statIn(dst)
+	if err != nil {
+		return &Error{Op: "mask", Dst: dst, Err: err}
+	}
+	if !ok {
+		return nil
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return b.tmpfs(dst, 0o755, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOEXEC, "mask")
+	}
+	fd, err := cloneTree(oldRoot+"/dev/null", false, true)
+	if err != nil {
+		return &Error{Op: "mask", Src: "/dev/null", Dst: dst, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := b.attach(fd, dst); err != nil {
+		return &Error{Op: "mask", Src: "/dev/null", Dst: dst, Err: err}
+	}
+	return nil
+}
+
+// devNodes are bound from the host's /dev into the private one. Device
+// nodes cannot be created in a user namespace, so bind mounts stand in.
+var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+func (b *builder) dev(dst string) error {
+	if err := b.tmpfs(dst, 0o755, 0, "/dev tmpfs"); err != nil {
+		return err
+	}
+	for _, n := range devNodes {
+		p := dst + "/" + n
+		if err := b.ensure(p, false); err != nil {
+			return &Error{Op: "create", Dst: p, Err: err}
+		}
+		fd, err := cloneTree(oldRoot+"/dev/"+n, false, false)
+		if err != nil {
+			return &Error{Op: "bind device", Src: "/dev/" + n, Dst: p, Err: err}
+		}
+		err = b.attach(fd, p)
+		unix.Close(fd)
+		if err != nil {
+			return &Error{Op: "bind device", Src: "/dev/" + n, Dst: p, Err: err}
+		}
+	}
+	if err := b.ensure(dst+"/pts", true); err != nil {
+		return &Error{Op: "create", Dst: dst + "/pts", Err: err}
+	}
+	fd, err := newFS("devpts", map[string]string{"newinstance": "", "ptmxmode": "0666", "mode": "0620"}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return &Error{Op: "mount devpts", Dst: dst + "/pts", Err: err}
+	}
+	err = b.attach(fd, dst+"/pts")
+	unix.Close(fd)
+	if err != nil {
+		return &Error{Op: "mount devpts", Dst: dst + "/pts", Err: err}
+	}
+	if err := b.tmpfs(dst+"/shm", 0o1777, 0, "/dev/shm"); err != nil {
+		return err
+	}
+	dfd, err := b.openDirIn(dst)
+	if err != nil {
+		return &Error{Op: "open", Dst: dst, Err: err}
+	}
+	defer unix.Close(dfd)
+	links := [][2]string{{"ptmx", "pts/ptmx"}, {"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"}}
+	for _, l := range links {
+		if err := unix.Symlinkat(l[1], dfd, l[0]); err != nil {
+			return &Error{Op: "symlink", Dst: dst + "/" + l[0], Err: err}
+		}
+	}
+	// The tmpfs itself is read-only from here on; pts and shm are separate
+	// mounts and stay writable.
+	t, err := b.openIn(dst)
+	if err != nil {
+		return &Error{Op: "open", Dst: dst, Err: err}
+	}
+	defer unix.Close(t)
+	if err := unix.MountSetattr(t, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return &Error{Op: "make read-only", Dst: dst, Err: err}
+	}
+	return nil
+}
+
+func (b *builder) proc(dst string) error {
+	fd, err := newFS("proc", nil, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err == nil {
+		err = b.attach(fd, dst)
+		unix.Close(fd)
+		if err == nil {
+			return nil
+		}
+	}
+	if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EBUSY) {
+		return &Error{Op: "mount proc", Dst: dst, Err: err}
+	}
+	// A container that over-mounts parts of its /proc makes the kernel
+	// refuse a new procfs in a user namespace. Fall back to the host's,
+	// read-only: host processes become visible, which is worth a warning.
+	b.warnf("a fresh /proc was refused (%v); bound the host's /proc read-only instead: host processes are visible inside", err)
+	rfd, cerr := cloneTree(oldRoot+"/proc", true, true)
+	if cerr != nil {
+		return &Error{Op: "bind /proc read-only", Src: "/proc", Dst: dst, Err: cerr}
+	}
+	defer unix.Close(rfd)
+	if err := b.attach(rfd, dst); err != nil {
+		return &Error{Op: "bind /proc read-only", Src: "/proc", Dst: dst, Err: err}
+	}
+	return nil
+}
+
+// pivot makes the new root "/" and detaches the scratch tmpfs together with
+// the host root under it, so no path leads back to the host.
+func (b *builder) pivot() error {
+	if err := unix.Fchdir(b.root); err != nil {
+		return &Error{Op: "chdir", Dst: newRoot, Err: err}
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return &Error{Op: "pivot_root", Dst: newRoot, Err: err}
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return &Error{Op: "detach old root", Err: err}
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return &Error{Op: "chdir", Dst: "/", Err: err}
+	}
+	return nil
+}
+
+func unwrap(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

@@ -1,0 +1,28 @@
+// Package nsexec is the engine: it starts a command inside fresh Linux
+// namespaces, as described by a plan.Plan, and stays with it until it exits.
+//
+// A Go process is multi-threaded, so it cannot unshare a user namespace for
+// itself. nsexec instead re-executes the running binary (/proc/self/exe)
+// with clone flags, in a named stage. The stage's name and inputs travel as
+// typed JSON messages over an inherited socket (fd 3), never through argv or
+// the environment; argv[0] only carries a marker so [Init] can recognise a
+// stage at all.
+//
+//	launcher (caller's namespaces)
+//	  | socketpair, plan; pty relay; signal forwarding; exit status
+//	  v   clone: NEWUSER NEWNS NEWPID NEWIPC NEWUTS NEWCGROUP [NEWNET]
+//	init = PID 1 of the sandbox
+//	  | mounts.Setup (read-only root, /dev, /proc, binds, masks, pivot_root)
+//	  | lo up, hostname; drop every capability, no_new_privs, seccomp
+//	  | fork+exec the command; reap; forward signals; exit with its status
+//
+// Programs that embed the engine must call [Init] first thing in main, so
+// that the re-executed binary becomes the stage instead of running main.
+//
+// What it does not do: decide what the sandbox contains (that is the plan's
+// builder), or open the network (the egress jail's holder stage slots in
+// between the launcher and init). It needs Linux with unprivileged user
+// namespaces, kernel 5.12 or later (the new mount API), and a binary built
+// with CGO_ENABLED=0 (privileges are dropped on every thread with
+// syscall.AllThreadsSyscall, which cgo binaries cannot use).
+package nsexec

@@ -1,0 +1,230 @@
+package nsexec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"github.com/claude-sandbox/claude-sandbox/plan"
+)
+
+// Init runs the stage this process was started as and exits, or returns at
+// once when the process is not a stage. Call it first thing in main.
+func Init() {
+	if len(os.Args) == 0 || os.Args[0] != stageMarker {
+		return
+	}
+	// Thread-scoped state (the parent-death signal, credentials) is set on
+	// this thread; keep the main goroutine on it.
+	runtime.LockOSThread()
+	os.Exit(runStage())
+}
+
+func runStage() int {
+	f := os.NewFile(stageFD, "stage-channel")
+	if f == nil {
+		fmt.Fprintln(os.Stderr, "claude-sandbox: started as a stage without its channel (fd 3); this binary's stages are internal")
+		return ExitSetup
+	}
+	ch := newChannel(f)
+	m, err := ch.recv()
+	if err != nil || m.Kind != msgStart {
+		fmt.Fprintln(os.Stderr, "claude-sandbox: stage channel: no start message:", err)
+		return ExitSetup
+	}
+	switch m.Stage {
+	case "init":
+		return runInit(ch, m)
+	}
+	_ = ch.send(message{Kind: msgError, Text: fmt.Sprintf("unknown stage %q", m.Stage), Code: ExitSetup})
+	return ExitSetup
+}
+
+// stageError is a failure inside a stage, with the exit status it maps to.
+type stageError struct {
+	code int
+	err  error
+}
+
+func (e *stageError) Error() string { return e.err.Error() }
+
+func fail(code int, format string, a ...any) error {
+	return &stageError{code: code, err: fmt.Errorf(format, a...)}
+}
+
+// runInit is PID 1 of the sandbox. It never returns while the command runs.
+func runInit(ch *channel, start message) int {
+	code, err := initSandbox(ch, start)
+	if err != nil {
+		se := &stageError{code: ExitSetup, err: err}
+		errors.As(err, &se)
+		_ = ch.send(message{Kind: msgError, Text: se.err.Error(), Code: se.code})
+		return se.code
+	}
+	return code
+}
+
+func initSandbox(ch *channel, start message) (int, error) {
+	// If the launcher dies, so do we, and with PID 1 gone the kernel kills
+	// every process of the namespace. Set before anything else; the
+	// channel watch below covers a launcher that died before this line.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("set parent-death signal: %w", err)
+	}
+	p := start.Plan
+	if p == nil || len(p.Argv) == 0 {
+		return 0, errors.New("start message without a plan")
+	}
+	warnings, err := mounts.Setup(p.Mounts)
+	for _, w := range warnings {
+		_ = ch.send(message{Kind: msgWarning, Text: w})
+	}
+	if err != nil {
+		return 0, err
+	}
+	if p.Net == plan.NetNone {
+		if err := loopbackUp(); err != nil {
+			return 0, fmt.Errorf("bring up lo: %w", err)
+		}
+	}
+	if p.Hostname != "" {
+		if err := unix.Sethostname([]byte(p.Hostname)); err != nil {
+			return 0, fmt.Errorf("set hostname: %w", err)
+		}
+	}
+	if err := unix.Chdir(p.Dir); err != nil {
+		if p.DirStrict {
+			return 0, fmt.Errorf("--chdir %s: %w", p.Dir, err)
+		}
+		if err := unix.Chdir("/"); err != nil {
+			return 0, fmt.Errorf("chdir /: %w", err)
+		}
+	}
+	// Catch SIGCHLD and the forwarded signals before the command exists,
+	// so none is lost.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, unix.SIGCHLD, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGWINCH)
+
+	if err := dropPrivileges(); err != nil {
+		return 0, err
+	}
+	if err := installTTYFilter(); err != nil {
+		return 0, err
+	}
+	// Looked up only now, with no privilege left, so it sees what the
+	// command will see.
+	path, ok := plan.LookPath(p.Argv[0], p.Env, isExecutable)
+	if !ok {
+		return 0, fail(ExitNotFound, "%s: command not found in the sandbox (PATH %s)", p.Argv[0], searchPath(p.Env))
+	}
+	proc, err := os.StartProcess(path, p.Argv, &os.ProcAttr{
+		Env:   p.Env,
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys: &syscall.SysProcAttr{
+			// Its own session; with a pty, that pty becomes its
+			// controlling terminal. Never the host's terminal.
+			Setsid:  true,
+			Setctty: start.TTY,
+			Ctty:    0,
+		},
+	})
+	if err != nil {
+		code := ExitCannotExec
+		if errors.Is(err, os.ErrNotExist) {
+			code = ExitNotFound
+		}
+		return 0, fail(code, "start %s: %v", p.Argv[0], errors.Unwrap(err))
+	}
+	target := proc.Pid
+	if err := ch.send(message{Kind: msgStarted, PID: target}); err != nil {
+		return 0, fmt.Errorf("report start: %w", err)
+	}
+	go watchLauncher(ch)
+	return reap(target, sigs), nil
+}
+
+// watchLauncher exits when the launcher's end of the channel closes: the
+// launcher is gone, so the sandbox must go too.
+func watchLauncher(ch *channel) {
+	for {
+		if _, err := ch.recv(); err != nil {
+			os.Exit(ExitSetup)
+		}
+	}
+}
+
+// reap forwards signals to the command and reaps every child (orphans in
+// the namespace are re-parented to us) until the command itself exits.
+func reap(target int, sigs <-chan os.Signal) int {
+	for sig := range sigs {
+		if sig != unix.SIGCHLD {
+			_ = unix.Kill(target, sig.(unix.Signal))
+			continue
+		}
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if pid <= 0 || err != nil {
+				break
+			}
+			if pid == target {
+				return statusCode(ws)
+			}
+		}
+	}
+	return ExitSetup
+}
+
+func statusCode(ws unix.WaitStatus) int {
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
+	}
+	return ExitSetup
+}
+
+func isExecutable(path string) bool {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return false
+	}
+	return unix.Access(path, unix.X_OK) == nil
+}
+
+func searchPath(env []string) string {
+	for _, kv := range env {
+		if len(kv) > 5 && kv[:5] == "PATH=" {
+			return kv[5:]
+		}
+	}
+	return plan.DefaultPath
+}
+
+// loopbackUp sets lo up in a fresh network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}

@@ -1,0 +1,72 @@
+package nsexec
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/claude-sandbox/claude-sandbox/plan"
+)
+
+// stageMarker is argv[0] of a re-executed stage. It only says "look at fd
+// 3"; what to do comes over that socket.
+const stageMarker = "claude-sandbox:stage"
+
+// stageFD is the inherited socket a stage talks to its parent on.
+const stageFD = 3
+
+// msgKind names a message between a stage and its parent.
+type msgKind string
+
+const (
+	// parent -> stage: which stage to run, and its inputs.
+	msgStart msgKind = "start"
+	// stage -> parent: a degraded-but-allowed condition.
+	msgWarning msgKind = "warning"
+	// stage -> parent: the command is running.
+	msgStarted msgKind = "started"
+	// stage -> parent: the stage failed; Code is the exit status to use.
+	msgError msgKind = "error"
+)
+
+// message is the one envelope every stage message uses.
+type message struct {
+	Kind  msgKind    `json:"kind"`
+	Stage string     `json:"stage,omitempty"`
+	Plan  *plan.Plan `json:"plan,omitempty"`
+	Text  string     `json:"text,omitempty"`
+	Code  int        `json:"code,omitempty"`
+	PID   int        `json:"pid,omitempty"`
+	TTY   bool       `json:"tty,omitempty"`
+}
+
+type channel struct {
+	enc *json.Encoder
+	dec *json.Decoder
+}
+
+func newChannel(rw io.ReadWriter) *channel {
+	return &channel{enc: json.NewEncoder(rw), dec: json.NewDecoder(rw)}
+}
+
+func (c *channel) send(m message) error { return c.enc.Encode(m) }
+
+func (c *channel) recv() (message, error) {
+	var m message
+	if err := c.dec.Decode(&m); err != nil {
+		return m, err
+	}
+	if m.Kind == "" {
+		return m, fmt.Errorf("stage message without a kind")
+	}
+	return m, nil
+}
+
+// Exit statuses the engine itself uses, after the conventions of env(1)
+// and container runtimes: the command's own status passes through
+// untouched, 128+N reports death by signal N.
+const (
+	ExitSetup      = 125 // the sandbox could not be built
+	ExitCannotExec = 126 // the command exists but cannot be executed
+	ExitNotFound   = 127 // the command was not found
+)

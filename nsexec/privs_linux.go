@@ -1,0 +1,101 @@
+package nsexec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// Capability sets, no_new_privs and seccomp filters belong to threads, and
+// a Go process has several. Every change below is therefore made on all
+// threads at once (syscall.AllThreadsSyscall, or the seccomp TSYNC flag), so
+// whichever thread later forks the command hands it the dropped state.
+// AllThreadsSyscall refuses to run in a binary built with cgo: the shipped
+// binary is built with CGO_ENABLED=0, and anything else fails closed here.
+
+// lastCap returns the highest capability number the kernel knows.
+func lastCap() (int, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 0 || n > 63 {
+		return 0, fmt.Errorf("cap_last_cap: unexpected %q", b)
+	}
+	return n, nil
+}
+
+func allThreads(what string, trap, a1, a2, a3 uintptr) error {
+	_, _, e := syscall.AllThreadsSyscall(trap, a1, a2, a3)
+	if e == syscall.ENOTSUP {
+		return fmt.Errorf("%s: this binary was built with cgo; build it with CGO_ENABLED=0 so privileges can be dropped on every thread", what)
+	}
+	if e != 0 {
+		return fmt.Errorf("%s: %w", what, e)
+	}
+	return nil
+}
+
+// dropPrivileges empties the bounding, ambient, effective, permitted and
+// inheritable capability sets and sets no_new_privs, on every thread. The
+// order matters: the bounding set needs CAP_SETPCAP, which goes last.
+func dropPrivileges() error {
+	if err := allThreads("set no_new_privs", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
+		return err
+	}
+	last, err := lastCap()
+	if err != nil {
+		return fmt.Errorf("read the capability count: %w", err)
+	}
+	for c := 0; c <= last; c++ {
+		if err := allThreads("drop bounding capability "+strconv.Itoa(c), unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil {
+			return err
+		}
+	}
+	if err := allThreads("clear ambient capabilities", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+		return err
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	return allThreads("clear capabilities", unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+}
+
+// loadFilter installs a classic BPF seccomp filter on every thread.
+func loadFilter(raw []bpf.RawInstruction) error {
+	if len(raw) == 0 {
+		return errors.New("empty seccomp filter")
+	}
+	filters := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		filters[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	prog := unix.SockFprog{Len: uint16(len(filters)), Filter: &filters[0]}
+	_, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
+	if e != 0 {
+		return fmt.Errorf("install seccomp filter: %w", e)
+	}
+	return nil
+}
+
+// allCaps lists every capability number, for the ambient set that carries
+// the init stage's capabilities (inside its own user namespace) across its
+// exec when the caller is not root.
+func allCaps() ([]uintptr, error) {
+	last, err := lastCap()
+	if err != nil {
+		return nil, err
+	}
+	caps := make([]uintptr, last+1)
+	for i := range caps {
+		caps[i] = uintptr(i)
+	}
+	return caps, nil
+}

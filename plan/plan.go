@@ -1,0 +1,301 @@
+// Package plan holds the one value handed from whoever describes a sandbox
+// (the command line, the Claude shadow, an embedding Go program) to the
+// engine that builds it.
+//
+// A [Plan] is plain data: the command, its environment, the caller's ids, the
+// namespaces and the filesystem operations in order. [Build] makes one from
+// [Options] with pure code (the only outside input is an injectable stat
+// function), validating everything that can be checked before a process is
+// started, so bad input fails fast with a one-line error. The engine
+// (package nsexec) applies a Plan and adds nothing to it: what
+// `claude-sandbox plan --json` prints is what runs.
+//
+// What it does not do: no syscalls beyond the injected stat, no policy about
+// which host paths matter (that is the product layer's job).
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/claude-sandbox/claude-sandbox/mounts"
+)
+
+// Net selects the sandbox's network namespace.
+type Net string
+
+const (
+	// NetHost shares the host's network namespace.
+	NetHost Net = "host"
+	// NetNone gives the sandbox an empty network namespace with only lo.
+	NetNone Net = "none"
+)
+
+// DefaultPath is the search path used to find the command when the plan's
+// environment has no PATH (the environment is cleared by default).
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Plan is everything the engine needs to start one sandboxed command.
+type Plan struct {
+	// Argv is the command and its arguments; Argv[0] is looked up in the
+	// PATH of Env (or DefaultPath) when it has no slash.
+	Argv []string `json:"argv"`
+	// Env is the complete environment of the command, NAME=VALUE.
+	Env []string `json:"env"`
+	// Dir is the working directory inside. When DirStrict is false and Dir
+	// cannot be entered, the command starts in "/" instead.
+	Dir       string `json:"dir"`
+	DirStrict bool   `json:"dirStrict,omitempty"`
+	// UID and GID are the caller's ids; inside the sandbox they stay the
+	// same numbers (root stays 0, a user stays that user).
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// Hostname, when set, is given to the sandbox's own UTS namespace.
+	Hostname string `json:"hostname,omitempty"`
+	// Net is the network mode.
+	Net Net `json:"net"`
+	// Mounts is the filesystem view, applied in order.
+	Mounts []mounts.Op `json:"mounts"`
+}
+
+// Options is what a caller asks for; Build turns it into a Plan.
+type Options struct {
+	Command []string
+	Net     Net
+	// Ops are the caller's filesystem operations, in order; Build puts
+	// them after the base view (read-only root, /dev, /proc and, unless
+	// Bare, tmpfs on /tmp and the home directory).
+	Ops []mounts.Op
+	// Bare drops the default tmpfs over /tmp and Home.
+	Bare bool
+	// SetEnv entries are set inside, in order (a later one wins).
+	SetEnv [][2]string
+	// KeepEnv names variables copied from Environ when they are set there.
+	KeepEnv []string
+	// Environ is the caller's environment (for KeepEnv).
+	Environ []string
+	// Chdir is the working directory asked for (strict); empty means Cwd,
+	// falling back to "/" inside if it cannot be entered.
+	Chdir    string
+	Cwd      string
+	Home     string
+	Hostname string
+	UID, GID int
+	// Stat looks at host paths; nil means os.Stat.
+	Stat func(string) (fs.FileInfo, error)
+}
+
+// Error is a validation failure: what the user asked for cannot be built.
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return e.Msg }
+
+func errf(format string, a ...any) error { return &Error{Msg: fmt.Sprintf(format, a...)} }
+
+// Build validates opts and returns the plan the engine would apply.
+func Build(opts Options) (*Plan, error) {
+	stat := opts.Stat
+	if stat == nil {
+		stat = os.Stat
+	}
+	if len(opts.Command) == 0 || opts.Command[0] == "" {
+		return nil, errf("no command given: put it after --, e.g. claude-sandbox run -- /bin/sh")
+	}
+	p := &Plan{
+		Argv:     append([]string(nil), opts.Command...),
+		UID:      opts.UID,
+		GID:      opts.GID,
+		Hostname: opts.Hostname,
+		Net:      opts.Net,
+		Env:      []string{},
+	}
+	switch p.Net {
+	case "":
+		p.Net = NetHost
+	case NetHost, NetNone:
+	default:
+		return nil, errf("unknown network mode %q: use --net=host or --net=none", string(opts.Net))
+	}
+	if opts.Hostname != "" && !validHostname(opts.Hostname) {
+		return nil, errf("invalid hostname %q: use letters, digits, '-' and '.', at most 64 characters", opts.Hostname)
+	}
+
+	env, err := buildEnv(opts)
+	if err != nil {
+		return nil, err
+	}
+	p.Env = env
+
+	switch {
+	case opts.Chdir != "":
+		d, err := mounts.CleanAbs(opts.Chdir)
+		if err != nil {
+			return nil, errf("--chdir: %v", err)
+		}
+		p.Dir, p.DirStrict = d, true
+	case opts.Cwd != "" && path.IsAbs(opts.Cwd):
+		p.Dir = path.Clean(opts.Cwd)
+	default:
+		p.Dir = "/"
+	}
+
+	p.Mounts = []mounts.Op{{Kind: mounts.RootRO, Dst: "/"}, {Kind: mounts.Dev, Dst: "/dev"}, {Kind: mounts.Proc, Dst: "/proc"}}
+	if !opts.Bare {
+		p.Mounts = append(p.Mounts, mounts.Op{Kind: mounts.Tmpfs, Dst: "/tmp", Mode: 0o1777})
+		if h, err := mounts.CleanAbs(opts.Home); err == nil && h != "/" && !mounts.Within(h, "/tmp") {
+			if fi, err := stat(h); err == nil && fi.IsDir() {
+				p.Mounts = append(p.Mounts, mounts.Op{Kind: mounts.Tmpfs, Dst: h, Mode: 0o700})
+			}
+		}
+	}
+	user, err := checkOps(opts.Ops, stat)
+	if err != nil {
+		return nil, err
+	}
+	p.Mounts = append(p.Mounts, user...)
+	return p, nil
+}
+
+// checkOps validates the caller's operations and drops -try binds whose
+// source is missing.
+func checkOps(ops []mounts.Op, stat func(string) (fs.FileInfo, error)) ([]mounts.Op, error) {
+	var out []mounts.Op
+	var masked []string
+	for _, op := range ops {
+		flag := "--" + string(op.Kind)
+		if op.Optional {
+			flag += "-try"
+		}
+		switch op.Kind {
+		case mounts.Tmpfs, mounts.Bind, mounts.ROBind, mounts.Mask:
+		default:
+			return nil, errf("operation %q cannot be requested directly", op.Kind)
+		}
+		dst, err := mounts.CleanAbs(op.Dst)
+		if err != nil {
+			return nil, errf("%s: destination: %v", flag, err)
+		}
+		if dst == "/" {
+			return nil, errf("%s: cannot replace the root directory", flag)
+		}
+		for _, m := range masked {
+			if mounts.Within(dst, m) && dst != m {
+				return nil, errf("%s: destination %s is inside the masked path %s, which is an empty read-only directory", flag, dst, m)
+			}
+		}
+		op.Dst = dst
+		if op.Kind.HasSource() {
+			src, err := mounts.CleanAbs(op.Src)
+			if err != nil {
+				return nil, errf("%s: source: %v", flag, err)
+			}
+			op.Src = src
+			if _, err := stat(src); err != nil {
+				if op.Optional && errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				return nil, errf("%s: source %s: %v", flag, src, unwrapPathErr(err))
+			}
+		}
+		if op.Kind == mounts.Tmpfs && op.Mode == 0 {
+			op.Mode = 0o755
+		}
+		if op.Kind == mounts.Mask {
+			masked = append(masked, dst)
+		}
+		out = append(out, op)
+	}
+	return out, nil
+}
+
+func buildEnv(opts Options) ([]string, error) {
+	var names []string
+	vals := map[string]string{}
+	set := func(k, v string) {
+		if _, ok := vals[k]; !ok {
+			names = append(names, k)
+		}
+		vals[k] = v
+	}
+	for _, k := range opts.KeepEnv {
+		if !validEnvName(k) {
+			return nil, errf("--keep-env: invalid variable name %q", k)
+		}
+		for _, kv := range opts.Environ {
+			if n, v, ok := strings.Cut(kv, "="); ok && n == k {
+				set(k, v)
+			}
+		}
+	}
+	for _, kv := range opts.SetEnv {
+		if !validEnvName(kv[0]) {
+			return nil, errf("--setenv: invalid variable name %q", kv[0])
+		}
+		if strings.ContainsRune(kv[1], 0) {
+			return nil, errf("--setenv %s: value contains a NUL byte", kv[0])
+		}
+		set(kv[0], kv[1])
+	}
+	env := make([]string, 0, len(names))
+	for _, k := range names {
+		env = append(env, k+"="+vals[k])
+	}
+	return env, nil
+}
+
+func validEnvName(s string) bool {
+	return s != "" && !strings.ContainsAny(s, "=\x00")
+}
+
+func validHostname(s string) bool {
+	if len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		if errors.Is(pe.Err, fs.ErrNotExist) {
+			return errors.New("does not exist (use the -try form to skip a missing source)")
+		}
+		return pe.Err
+	}
+	return err
+}
+
+// LookPath finds argv0 the way the sandbox will: a name with a slash is
+// used as it is, anything else is searched in the PATH of env (DefaultPath
+// when env has none). isExec reports whether a candidate is an executable
+// file; it is injected so this stays pure.
+func LookPath(argv0 string, env []string, isExec func(string) bool) (string, bool) {
+	if strings.Contains(argv0, "/") {
+		return argv0, true
+	}
+	search := DefaultPath
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			search = v
+		}
+	}
+	for _, dir := range strings.Split(search, ":") {
+		if dir == "" {
+			dir = "."
+		}
+		c := path.Join(dir, argv0)
+		if isExec(c) {
+			return c, true
+		}
+	}
+	return "", false
+}
