@@ -143,13 +143,17 @@ func TestReadOnlyHost(t *testing.T) {
 		// Even as root of a nested user namespace (which must work: Claude
 		// Code runs its own sandbox inside), the inherited mounts stay
 		// read-only and masks cannot be lifted.
-		out := s.run("--mask", "/etc/hostname", "--", s.probe, "nested", "remount-rw", "/")
-		if first, _, _ := strings.Cut(out.Stdout, "\n"); first != "err:EPERM" {
-			t.Errorf("nested userns remount / rw: %v, want err:EPERM first", out)
-		}
-		out = s.run("--mask", "/etc/hostname", "--", s.probe, "nested", "umount", "/etc/hostname")
-		if first, _, _ := strings.Cut(out.Stdout, "\n"); first != "err:EINVAL" && first != "err:EPERM" {
-			t.Errorf("nested userns umount of a mask: %v, want it refused", out)
+		for _, c := range []struct{ what, want string }{
+			{"remount-rw /", "err:EPERM"},
+			{"umount /etc/hostname", "err:EINVAL"}, // a locked mount: not unmountable
+		} {
+			args := append([]string{"--mask", "/etc/hostname", "--", s.probe, "nested"}, strings.Fields(c.what)...)
+			out := s.run(args...)
+			// The nested namespace itself must have worked ("ok" from
+			// the outer probe); only the attempt inside may fail.
+			if out.Stdout != c.want+"\nok\n" {
+				t.Errorf("nested userns %s: %v, want %s then ok", c.what, out, c.want)
+			}
 		}
 		if _, err := os.Stat("/usr/claude-sandbox-probe"); err == nil {
 			t.Error("the probe file appeared on the host")
@@ -162,7 +166,7 @@ func TestHomeAndMasks(t *testing.T) {
 		if got := s.sh("ls -A "+s.home+"; echo end", "--bare"); got != "secret\nend\n" {
 			t.Fatalf("control: with --bare the home shows %q, want the secret file", got)
 		}
-		if got := s.sh("ls -A "+s.home+"; echo end"); got != "end\n" {
+		if got := s.sh("ls -A " + s.home + "; echo end"); got != "end\n" {
 			t.Errorf("home directory inside holds %q, want nothing", got)
 		}
 		secretDir := testutil.MkdirFor(t, s.uid)

@@ -75,14 +75,20 @@ func run(cmd string, args []string) error {
 		}
 		return err
 	case "nested":
-		// Re-run this probe in a new user + mount namespace where it is
-		// root with every capability, then attempt args there.
+		// Re-run this probe in a new user + mount namespace where it
+		// holds every capability, then attempt args there. A non-root
+		// caller maps itself to root. Root cannot: mapping uid 0 of the
+		// parent namespace needs CAP_SETFCAP there (a kernel rule since
+		// 5.12), which the sandbox has dropped; root gets an unmapped
+		// namespace and keeps CAP_SYS_ADMIN across exec as ambient.
 		c := exec.Command("/proc/self/exe", args...)
 		c.Stdout, c.Stderr = os.Stdout, os.Stderr
-		c.SysProcAttr = &syscall.SysProcAttr{
-			Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS}
+		if os.Getuid() != 0 {
+			c.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
+			c.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
+		} else {
+			c.SysProcAttr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
 		}
 		return c.Run()
 	}

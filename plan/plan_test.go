@@ -1,0 +1,198 @@
+package plan
+
+import (
+	"encoding/json"
+	"io/fs"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claude-sandbox/claude-sandbox/mounts"
+)
+
+// fakeFS answers stat for a fixed set of host paths.
+type fakeFS map[string]bool // path -> isDir
+
+type fakeInfo struct{ dir bool }
+
+func (f fakeInfo) Name() string       { return "x" }
+func (f fakeInfo) Size() int64        { return 0 }
+func (f fakeInfo) Mode() fs.FileMode  { return map[bool]fs.FileMode{true: fs.ModeDir, false: 0}[f.dir] }
+func (f fakeInfo) ModTime() time.Time { return time.Time{} }
+func (f fakeInfo) IsDir() bool        { return f.dir }
+func (f fakeInfo) Sys() any           { return nil }
+
+func (f fakeFS) stat(p string) (fs.FileInfo, error) {
+	if dir, ok := f[p]; ok {
+		return fakeInfo{dir}, nil
+	}
+	return nil, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
+}
+
+var host = fakeFS{"/home/u": true, "/home/u/work": true, "/home/u/.cache": true, "/etc/passwd": false}
+
+func base(extra ...mounts.Op) []mounts.Op {
+	ops := []mounts.Op{
+		{Kind: mounts.RootRO, Dst: "/"}, {Kind: mounts.Dev, Dst: "/dev"}, {Kind: mounts.Proc, Dst: "/proc"},
+		{Kind: mounts.Tmpfs, Dst: "/tmp", Mode: 0o1777}, {Kind: mounts.Tmpfs, Dst: "/home/u", Mode: 0o700},
+	}
+	return append(ops, extra...)
+}
+
+func TestBuild(t *testing.T) {
+	cases := []struct {
+		name    string
+		opts    Options
+		want    *Plan
+		wantErr string
+	}{
+		{
+			name: "defaults",
+			opts: Options{Command: []string{"true"}, Home: "/home/u", Cwd: "/home/u/work", UID: 1000, GID: 1000},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/home/u/work", UID: 1000, GID: 1000, Net: NetHost, Mounts: base()},
+		},
+		{
+			name: "root stays root, net none, hostname",
+			opts: Options{Command: []string{"id"}, Home: "/home/u", Net: NetNone, Hostname: "box"},
+			want: &Plan{Argv: []string{"id"}, Env: []string{}, Dir: "/", Net: NetNone, Hostname: "box", Mounts: base()},
+		},
+		{
+			name: "bare drops the default tmpfs",
+			opts: Options{Command: []string{"true"}, Home: "/home/u", Bare: true},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetHost, Mounts: base()[:3]},
+		},
+		{
+			name: "missing home gets no tmpfs",
+			opts: Options{Command: []string{"true"}, Home: "/nonexistent"},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetHost, Mounts: base()[:4]},
+		},
+		{
+			name: "user ops in order, cleaned, default tmpfs mode, try dropped when missing",
+			opts: Options{Command: []string{"true"}, Home: "/home/u", Ops: []mounts.Op{
+				{Kind: mounts.Bind, Src: "/home/u/work/", Dst: "/home/u/work"},
+				{Kind: mounts.ROBind, Src: "/etc/passwd", Dst: "/x/passwd"},
+				{Kind: mounts.Bind, Src: "/nope", Dst: "/nope", Optional: true},
+				{Kind: mounts.ROBind, Src: "/home/u/.cache", Dst: "/home/u/.cache", Optional: true},
+				{Kind: mounts.Tmpfs, Dst: "/var//cache"},
+				{Kind: mounts.Mask, Dst: "/home/u/.ssh"},
+			}},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetHost, Mounts: base(
+				mounts.Op{Kind: mounts.Bind, Src: "/home/u/work", Dst: "/home/u/work"},
+				mounts.Op{Kind: mounts.ROBind, Src: "/etc/passwd", Dst: "/x/passwd"},
+				mounts.Op{Kind: mounts.ROBind, Src: "/home/u/.cache", Dst: "/home/u/.cache", Optional: true},
+				mounts.Op{Kind: mounts.Tmpfs, Dst: "/var/cache", Mode: 0o755},
+				mounts.Op{Kind: mounts.Mask, Dst: "/home/u/.ssh"},
+			)},
+		},
+		{
+			name: "environment: cleared, keep-env copies, setenv wins in order",
+			opts: Options{Command: []string{"env"}, Environ: []string{"TERM=xterm", "GH_TOKEN=secret", "LANG=C"},
+				KeepEnv: []string{"TERM", "LANG", "UNSET"}, SetEnv: [][2]string{{"A", "1"}, {"LANG", "C.UTF-8"}}},
+			want: &Plan{Argv: []string{"env"}, Env: []string{"TERM=xterm", "LANG=C.UTF-8", "A=1"}, Dir: "/", Net: NetHost, Mounts: base()[:4]},
+		},
+		{
+			name: "chdir is strict",
+			opts: Options{Command: []string{"true"}, Chdir: "/srv/x/", Cwd: "/home/u"},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/srv/x", DirStrict: true, Net: NetHost, Mounts: base()[:4]},
+		},
+		{name: "empty command", opts: Options{}, wantErr: "no command given"},
+		{name: "empty argv0", opts: Options{Command: []string{""}}, wantErr: "no command given"},
+		{name: "bad net", opts: Options{Command: []string{"x"}, Net: "jail2"}, wantErr: `unknown network mode "jail2"`},
+		{name: "relative source", opts: Options{Command: []string{"x"}, Ops: []mounts.Op{{Kind: mounts.Bind, Src: "work", Dst: "/w"}}}, wantErr: `--bind: source: "work" is not an absolute path`},
+		{name: "relative destination", opts: Options{Command: []string{"x"}, Ops: []mounts.Op{{Kind: mounts.Tmpfs, Dst: "w"}}}, wantErr: `--tmpfs: destination: "w" is not an absolute path`},
+		{name: "relative try source is still an error", opts: Options{Command: []string{"x"}, Ops: []mounts.Op{{Kind: mounts.ROBind, Src: "w", Dst: "/w", Optional: true}}}, wantErr: `--ro-bind-try: source`},
+		{name: "missing source", opts: Options{Command: []string{"x"}, Ops: []mounts.Op{{Kind: mounts.ROBind, Src: "/nope", Dst: "/w"}}}, wantErr: "--ro-bind: source /nope: does not exist (use the -try form"},
+		{name: "root destination", opts: Options{Command: []string{"x"}, Ops: []mounts.Op{{Kind: mounts.Tmpfs, Dst: "/"}}}, wantErr: "cannot replace the root"},
+		{name: "destination inside a mask", opts: Options{Command: []string{"x"}, Ops: []mounts.Op{
+			{Kind: mounts.Mask, Dst: "/home/u/.ssh"}, {Kind: mounts.Bind, Src: "/home/u/work", Dst: "/home/u/.ssh/keys"}}}, wantErr: "inside the masked path /home/u/.ssh"},
+		{name: "tmpfs inside a mask", opts: Options{Command: []string{"x"}, Ops: []mounts.Op{
+			{Kind: mounts.Mask, Dst: "/srv"}, {Kind: mounts.Tmpfs, Dst: "/srv/a"}}}, wantErr: "inside the masked path /srv"},
+		{name: "base kinds cannot be requested", opts: Options{Command: []string{"x"}, Ops: []mounts.Op{{Kind: mounts.Proc, Dst: "/proc2"}}}, wantErr: `operation "proc" cannot be requested`},
+		{name: "bad env name", opts: Options{Command: []string{"x"}, SetEnv: [][2]string{{"A=B", "1"}}}, wantErr: `invalid variable name "A=B"`},
+		{name: "bad keep-env name", opts: Options{Command: []string{"x"}, KeepEnv: []string{""}}, wantErr: "--keep-env: invalid variable name"},
+		{name: "relative chdir", opts: Options{Command: []string{"x"}, Chdir: "sub"}, wantErr: "--chdir:"},
+		{name: "bad hostname", opts: Options{Command: []string{"x"}, Hostname: "a b"}, wantErr: "invalid hostname"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.opts.Stat = host.stat
+			got, err := Build(c.opts)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, c.wantErr)
+				}
+				if strings.Contains(err.Error(), "\n") {
+					t.Errorf("error spans lines: %q", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				g, _ := json.MarshalIndent(got, "", " ")
+				w, _ := json.MarshalIndent(c.want, "", " ")
+				t.Errorf("plan:\n%s\nwant:\n%s", g, w)
+			}
+		})
+	}
+}
+
+// The plan is the hand-over format: it must survive a JSON round trip
+// unchanged, since that is how it reaches the init stage.
+func TestPlanJSONRoundTrip(t *testing.T) {
+	p, err := Build(Options{Command: []string{"sh", "-c", "echo hi"}, Home: "/home/u", SetEnv: [][2]string{{"A", "x y"}},
+		Ops: []mounts.Op{{Kind: mounts.Bind, Src: "/home/u/work", Dst: "/w"}}, Stat: host.stat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q Plan
+	if err := json.Unmarshal(b, &q); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p, &q) {
+		t.Errorf("round trip changed the plan:\n%+v\n%+v", p, q)
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	exe := map[string]bool{"/usr/bin/sh": true, "/opt/bin/tool": true}
+	isExec := func(p string) bool { return exe[p] }
+	cases := []struct {
+		argv0 string
+		env   []string
+		want  string
+		ok    bool
+	}{
+		{"sh", nil, "/usr/bin/sh", true},
+		{"tool", nil, "", false},
+		{"tool", []string{"PATH=/opt/bin:/usr/bin"}, "/opt/bin/tool", true},
+		{"sh", []string{"PATH=/opt/bin"}, "", false},
+		{"./x", nil, "./x", true},
+		{"/abs/y", nil, "/abs/y", true},
+	}
+	for _, c := range cases {
+		got, ok := LookPath(c.argv0, c.env, isExec)
+		if got != c.want || ok != c.ok {
+			t.Errorf("LookPath(%q, %q) = %q, %v; want %q, %v", c.argv0, c.env, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// Build must work with the real os.Stat too (the default).
+func TestBuildRealStat(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Build(Options{Command: []string{"true"}, Ops: []mounts.Op{{Kind: mounts.Bind, Src: dir, Dst: "/w"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(Options{Command: []string{"true"}, Ops: []mounts.Op{{Kind: mounts.Bind, Src: dir + "/missing", Dst: "/w"}}}); err == nil {
+		t.Fatal("a missing source must be an error")
+	}
+	_ = os.Remove(dir)
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The whole test suite: what CI runs (.ci/run) and what a newcomer runs.
+# Installs what the tests need, checks formatting, vet and staticcheck, runs
+# every test with the race detector (privileged tests included: run it as
+# root, where a skipped privileged test counts as a failure), then the
+# launch benchmark, which prints figures and asserts nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOTOOLCHAIN=local
+export PATH="$PATH:$(go env GOPATH)/bin"
+
+step() { printf '\n== %s\n' "$*"; }
+
+if [ "$(id -u)" = 0 ]; then
+  export CLAUDE_SANDBOX_REQUIRE_PRIVILEGED=1
+  need=()
+  command -v bwrap >/dev/null || need+=(bubblewrap)
+  command -v unshare >/dev/null || need+=(util-linux)
+  command -v gcc >/dev/null || need+=(gcc) # the race detector needs cgo
+  if [ ${#need[@]} -gt 0 ]; then
+    step "installing ${need[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+else
+  echo "note: not root: privileged tests will be skipped (CI runs as root)" >&2
+fi
+
+step "modules"
+go mod download
+if ! command -v staticcheck >/dev/null; then
+  go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+fi
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted"; exit 1; fi
+
+step "go vet"
+go vet ./...
+
+step "staticcheck"
+staticcheck ./...
+
+step "build (static, CGO off)"
+CGO_ENABLED=0 go build -o bin/claude-sandbox ./cmd/claude-sandbox
+if ldd bin/claude-sandbox >/dev/null 2>&1; then echo "bin/claude-sandbox is not static"; exit 1; fi
+
+step "tests (race detector on)"
+go test -race -count=1 ./...
+
+step "launch benchmark (figures only)"
+go test -run '^$' -bench 'BenchmarkLaunch' -benchtime 200x -count 1 ./integration/
