@@ -119,13 +119,22 @@ func initSandbox(ch *channel, start message) (int, error) {
 	}
 	// Looked up only now, with no privilege left, so it sees what the
 	// command will see.
+	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	if start.TTY {
+		slave, err := sendPTY(start)
+		if err != nil {
+			return 0, fmt.Errorf("open the sandbox's terminal: %w", err)
+		}
+		defer slave.Close()
+		stdio = []*os.File{slave, slave, slave}
+	}
 	path, ok := plan.LookPath(p.Argv[0], p.Env, isExecutable)
 	if !ok {
 		return 0, fail(ExitNotFound, "%s: command not found in the sandbox (PATH %s)", p.Argv[0], searchPath(p.Env))
 	}
 	proc, err := os.StartProcess(path, p.Argv, &os.ProcAttr{
 		Env:   p.Env,
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Files: stdio,
 		Sys: &syscall.SysProcAttr{
 			// Its own session; with a pty, that pty becomes its
 			// controlling terminal. Never the host's terminal.
@@ -142,6 +151,11 @@ func initSandbox(ch *channel, start message) (int, error) {
 		return 0, fail(code, "start %s: %v", p.Argv[0], errors.Unwrap(err))
 	}
 	target := proc.Pid
+	if start.TTY {
+		// Only the command may hold the pty's slave side: when it and
+		// its children are gone, the launcher's relay sees the end.
+		stdio[0].Close()
+	}
 	if err := ch.send(message{Kind: msgStarted, PID: target}); err != nil {
 		return 0, fmt.Errorf("report start: %w", err)
 	}
@@ -227,4 +241,35 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// sendPTY opens a pseudo-terminal in the sandbox's own devpts (so the
+// command's ttyname resolves inside), gives it the host terminal's settings
+// and size, and hands the master side to the launcher over ptyFD.
+func sendPTY(start message) (*os.File, error) {
+	m, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(m)
+	if err := unix.IoctlSetPointerInt(m, unix.TIOCSPTLCK, 0); err != nil {
+		return nil, fmt.Errorf("unlock pty: %w", err)
+	}
+	r, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(m), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if e != 0 {
+		return nil, fmt.Errorf("open pty peer: %w", e)
+	}
+	slave := os.NewFile(r, "pty")
+	if start.Termios != nil {
+		_ = unix.IoctlSetTermios(int(r), unix.TCSETS, start.Termios)
+	}
+	if start.Winsize != nil {
+		_ = unix.IoctlSetWinsize(m, unix.TIOCSWINSZ, start.Winsize)
+	}
+	if err := unix.Sendmsg(ptyFD, []byte{'p'}, unix.UnixRights(m), nil, 0); err != nil {
+		slave.Close()
+		return nil, fmt.Errorf("pass the pty to the launcher: %w", err)
+	}
+	unix.Close(ptyFD)
+	return slave, nil
 }

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/plan"
@@ -59,6 +58,13 @@ func Run(p *plan.Plan, o Options) (int, error) {
 		return ExitSetup, fmt.Errorf("read the kernel's capability count: %w", err)
 	}
 
+	// Catch the forwarded signals from the start: one that arrives while
+	// the sandbox is being built waits here, and is passed on once the
+	// command runs, instead of killing the launcher.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGWINCH)
+	defer signal.Stop(sigs)
+
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return ExitSetup, fmt.Errorf("stage channel: %w", err)
@@ -68,26 +74,32 @@ func Run(p *plan.Plan, o Options) (int, error) {
 	defer parentEnd.Close()
 
 	useTTY := o.TTY == TTYAuto && isTerminal(o.Stdin)
+	extra := []*os.File{childEnd} // becomes fd 3 (stageFD)
 	var term *terminal
-	stdin, stdout, stderr := o.Stdin, o.Stdout, o.Stderr
+	var ptyParent *os.File
 	if useTTY {
-		term, err = openTerminal(o.Stdin)
+		pfds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			childEnd.Close()
-			return ExitSetup, err
+			return ExitSetup, fmt.Errorf("pty channel: %w", err)
 		}
+		ptyParent = os.NewFile(uintptr(pfds[0]), "pty-channel")
+		ptyChild := os.NewFile(uintptr(pfds[1]), "pty-channel")
+		defer ptyParent.Close()
+		defer ptyChild.Close()
+		extra = append(extra, ptyChild) // fd 4 (ptyFD)
+		term = &terminal{host: o.Stdin}
 		defer term.close()
-		stdin, stdout, stderr = term.slave, term.slave, term.slave
 	}
 
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{stageMarker},
 		Env:        []string{},
-		Stdin:      stdin,
-		Stdout:     stdout,
-		Stderr:     stderr,
-		ExtraFiles: []*os.File{childEnd}, // becomes fd 3 (stageFD)
+		Stdin:      o.Stdin,
+		Stdout:     o.Stdout,
+		Stderr:     o.Stderr,
+		ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:  cloneFlags(p),
 			UidMappings: []syscall.SysProcIDMap{{ContainerID: p.UID, HostID: os.Getuid(), Size: 1}},
@@ -102,16 +114,19 @@ func Run(p *plan.Plan, o Options) (int, error) {
 		},
 	}
 	err = cmd.Start()
-	childEnd.Close()
-	if term != nil {
-		term.slave.Close()
+	for _, f := range extra {
+		f.Close()
 	}
 	if err != nil {
 		return ExitSetup, explainCloneError(err)
 	}
 
 	ch := newChannel(parentEnd)
-	if err := ch.send(message{Kind: msgStart, Stage: "init", Plan: p, TTY: useTTY}); err != nil {
+	start := message{Kind: msgStart, Stage: "init", Plan: p, TTY: useTTY}
+	if term != nil {
+		start.Winsize, start.Termios = term.state()
+	}
+	if err := ch.send(start); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return ExitSetup, fmt.Errorf("hand the plan to the sandbox: %w", err)
@@ -140,13 +155,16 @@ func Run(p *plan.Plan, o Options) (int, error) {
 
 	var relay sync.WaitGroup
 	if term != nil {
+		if term.master, err = receiveFD(ptyParent); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return ExitSetup, fmt.Errorf("receive the sandbox's terminal: %w", err)
+		}
 		if err := term.makeRaw(); err != nil {
 			o.Warn(fmt.Sprintf("cannot put the terminal in raw mode: %v", err))
 		}
 		term.relay(o.Stdin, o.Stdout, &relay)
 	}
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGWINCH)
 	done := make(chan struct{})
 	go func() {
 		for {
@@ -236,12 +254,12 @@ func userNSHint(sysctl func(string) (string, bool)) string {
 	return strings.Join(hints, "; ")
 }
 
-// terminal is the pty the command runs on, and the host terminal state to
-// restore.
+// terminal is the host side of the command's pty: the master (opened by
+// init inside the sandbox's devpts and passed back) and the host terminal
+// state to restore.
 type terminal struct {
 	host   *os.File
 	master *os.File
-	slave  *os.File
 	saved  *unix.Termios
 	once   sync.Once
 }
@@ -251,21 +269,37 @@ func isTerminal(f *os.File) bool {
 	return err == nil
 }
 
-func openTerminal(host *os.File) (*terminal, error) {
-	master, slave, err := pty.Open()
+// state returns the host terminal's size and settings, which the new pty
+// starts with.
+func (t *terminal) state() (*unix.Winsize, *unix.Termios) {
+	ws, _ := unix.IoctlGetWinsize(int(t.host.Fd()), unix.TIOCGWINSZ)
+	tio, _ := unix.IoctlGetTermios(int(t.host.Fd()), unix.TCGETS)
+	return ws, tio
+}
+
+// receiveFD reads one file descriptor passed with SCM_RIGHTS.
+func receiveFD(sock *os.File) (*os.File, error) {
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(int(sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("open a pseudo-terminal: %w", err)
+		return nil, err
 	}
-	t := &terminal{host: host, master: master, slave: slave}
-	// The new pty starts with the host terminal's settings and size.
-	if tio, err := unix.IoctlGetTermios(int(host.Fd()), unix.TCGETS); err == nil {
-		_ = unix.IoctlSetTermios(int(slave.Fd()), unix.TCSETS, tio)
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, fmt.Errorf("no descriptor received (%v)", err)
 	}
-	t.syncSize()
-	return t, nil
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return nil, fmt.Errorf("no descriptor received (%v)", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "pty-master"), nil
 }
 
 func (t *terminal) syncSize() {
+	if t.master == nil {
+		return
+	}
 	if ws, err := unix.IoctlGetWinsize(int(t.host.Fd()), unix.TIOCGWINSZ); err == nil {
 		_ = unix.IoctlSetWinsize(int(t.master.Fd()), unix.TIOCSWINSZ, ws)
 	}
@@ -311,5 +345,7 @@ func (t *terminal) relay(in io.Reader, out io.Writer, wg *sync.WaitGroup) {
 
 func (t *terminal) close() {
 	t.restore()
-	t.master.Close()
+	if t.master != nil {
+		t.master.Close()
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/claude-sandbox/claude-sandbox/plan"
 )
 
@@ -12,8 +14,12 @@ import (
 // 3"; what to do comes over that socket.
 const stageMarker = "claude-sandbox:stage"
 
-// stageFD is the inherited socket a stage talks to its parent on.
-const stageFD = 3
+// stageFD is the inherited socket a stage talks to its parent on; ptyFD
+// (with a terminal only) carries the pty master back to the launcher.
+const (
+	stageFD = 3
+	ptyFD   = 4
+)
 
 // msgKind names a message between a stage and its parent.
 type msgKind string
@@ -38,6 +44,10 @@ type message struct {
 	Code  int        `json:"code,omitempty"`
 	PID   int        `json:"pid,omitempty"`
 	TTY   bool       `json:"tty,omitempty"`
+	// With TTY: the host terminal's size and settings, for the pty that
+	// init opens inside the sandbox's own devpts.
+	Winsize *unix.Winsize `json:"winsize,omitempty"`
+	Termios *unix.Termios `json:"termios,omitempty"`
 }
 
 type channel struct {

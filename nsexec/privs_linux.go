@@ -31,15 +31,26 @@ import (
 // AllThreadsSyscall refuses to run in a binary built with cgo: the shipped
 // binary is built with CGO_ENABLED=0, and anything else fails closed here.
 
-// lastCap returns the highest capability number the kernel knows.
+// lastCap returns the highest capability number the kernel knows: from
+// /proc/sys/kernel/cap_last_cap, or, where that is hidden (some containers
+// mask /proc/sys), by asking the kernel about each number in turn.
 func lastCap() (int, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err != nil {
-		return 0, err
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || n < 0 || n > 63 {
+			return 0, fmt.Errorf("cap_last_cap: unexpected %q", b)
+		}
+		return n, nil
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || n < 0 || n > 63 {
-		return 0, fmt.Errorf("cap_last_cap: unexpected %q", b)
+	n := -1
+	for c := 0; c <= 63; c++ {
+		if _, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err != nil {
+			break
+		}
+		n = c
+	}
+	if n < 0 {
+		return 0, errors.New("cannot determine the kernel's capability count")
 	}
 	return n, nil
 }
