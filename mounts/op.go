@@ -43,6 +43,9 @@ const (
 	// Mask hides Dst: /dev/null over a file, an empty read-only tmpfs over
 	// a directory. A Dst that does not exist is left alone.
 	Mask Kind = "mask"
+	// File places a read-only file holding Data at Dst (a generated
+	// resolv.conf or gitconfig): nothing is written on the host.
+	File Kind = "file"
 )
 
 // Op is one step of a filesystem view. Paths are absolute and clean; Src is
@@ -51,8 +54,10 @@ type Op struct {
 	Kind Kind   `json:"kind"`
 	Src  string `json:"src,omitempty"`
 	Dst  string `json:"dst"`
-	// Mode is the permission bits of a tmpfs root (Tmpfs only).
+	// Mode is the permission bits of a tmpfs root or a File.
 	Mode uint32 `json:"mode,omitempty"`
+	// Data is the content of a File.
+	Data string `json:"data,omitempty"`
 	// Optional makes a missing Src a skip instead of an error (the
 	// --bind-try and --ro-bind-try forms).
 	Optional bool `json:"optional,omitempty"`
@@ -64,7 +69,7 @@ func (k Kind) HasSource() bool { return k == Bind || k == ROBind }
 // Valid reports whether k is a known kind.
 func (k Kind) Valid() bool {
 	switch k {
-	case RootRO, Dev, Proc, Tmpfs, Bind, ROBind, Mask:
+	case RootRO, Dev, Proc, Tmpfs, Bind, ROBind, Mask, File:
 		return true
 	}
 	return false
@@ -82,6 +87,8 @@ func (o Op) String() string {
 		return s
 	case Tmpfs:
 		return fmt.Sprintf("tmpfs %s (mode %04o)", o.Dst, o.Mode)
+	case File:
+		return fmt.Sprintf("file %s (%d bytes)", o.Dst, len(o.Data))
 	default:
 		return fmt.Sprintf("%s %s", o.Kind, o.Dst)
 	}

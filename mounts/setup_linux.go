@@ -108,6 +108,7 @@ func enterStaging() error {
 type builder struct {
 	root     int // O_PATH fd of /newroot once the root is attached
 	warnings []string
+	files    int // generated files written so far
 }
 
 func (b *builder) close() {
@@ -134,6 +135,8 @@ func (b *builder) apply(op Op) error {
 		return b.bind(op)
 	case Mask:
 		return b.mask(op.Dst)
+	case File:
+		return b.file(op)
 	}
 	return &Error{Op: "setup", Err: fmt.Errorf("unknown operation %q", op.Kind)}
 }
@@ -479,4 +482,34 @@ func unwrap(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// file writes op.Data into the scratch tmpfs (which lives only in this
+// mount namespace) and binds it read-only at op.Dst. The scratch is
+// detached at the end, but a bind keeps its file alive.
+func (b *builder) file(op Op) error {
+	b.files++
+	scratch := fmt.Sprintf("/file-%d", b.files)
+	mode := os.FileMode(op.Mode)
+	if mode == 0 {
+		mode = 0o644
+	}
+	if err := os.WriteFile(scratch, []byte(op.Data), mode); err != nil {
+		return &Error{Op: "write generated file", Dst: op.Dst, Err: unwrap(err)}
+	}
+	if err := os.Chmod(scratch, mode); err != nil {
+		return &Error{Op: "write generated file", Dst: op.Dst, Err: unwrap(err)}
+	}
+	if err := b.ensure(op.Dst, false); err != nil {
+		return &Error{Op: "create mount point for file", Dst: op.Dst, Err: err}
+	}
+	fd, err := cloneTree(scratch, false, true)
+	if err != nil {
+		return &Error{Op: "file", Dst: op.Dst, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := b.attach(fd, op.Dst); err != nil {
+		return &Error{Op: "file", Dst: op.Dst, Err: err}
+	}
+	return nil
 }

@@ -1,0 +1,82 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"github.com/claude-sandbox/claude-sandbox/plan"
+)
+
+// runPlan applies p through the engine's Go API (the embedrun helper) as
+// uid, and returns what happened.
+func runPlan(t *testing.T, uid int, p *plan.Plan) testutil.Result {
+	t.Helper()
+	bin := testutil.Build(t, "./integration/embedrun")
+	dir := testutil.MkdirFor(t, uid)
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(dir, "plan.json")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := testutil.As(uid, []string{"PATH=/usr/bin:/bin"}, bin, f)
+	cmd.Dir = "/"
+	return testutil.Run(t, cmd)
+}
+
+// A generated file appears read-only at its destination, with its
+// content, and nothing is written on the host.
+func TestGeneratedFile(t *testing.T) {
+	for _, uid := range []int{0, testutil.Nobody} {
+		testutil.NeedsRoot(t)
+		testutil.NeedsUserNS(t)
+		p, err := plan.Build(plan.Options{
+			Command: []string{"/bin/sh", "-c", "cat /etc/claude-sandbox-test.conf; stat -c %a /etc/claude-sandbox-test.conf; echo x >> /etc/claude-sandbox-test.conf || echo refused"},
+			UID:     uid, GID: uid,
+			Ops: []mounts.Op{{Kind: mounts.File, Dst: "/etc/claude-sandbox-test.conf", Data: "nameserver 192.0.2.53\n", Mode: 0o444}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// /etc/claude-sandbox-test.conf does not exist on the host and /etc
+		// is read-only inside: put a tmpfs over a fresh parent instead.
+		p.Mounts[len(p.Mounts)-1].Dst = "/tmp/etc/claude-sandbox-test.conf"
+		p.Argv[2] = strings.ReplaceAll(p.Argv[2], "/etc/", "/tmp/etc/")
+		r := runPlan(t, uid, p)
+		if r.Code != 0 || r.Stdout != "nameserver 192.0.2.53\n444\nrefused\n" {
+			t.Errorf("uid %d: generated file: %v", uid, r)
+		}
+	}
+}
+
+// A generated file can replace an existing host file (the way a jail's
+// resolv.conf replaces the host's); the host file is untouched.
+func TestGeneratedFileOverHostFile(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	before, err := os.ReadFile("/etc/hostname")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Build(plan.Options{
+		Command: []string{"/bin/cat", "/etc/hostname"},
+		UID:     testutil.Nobody, GID: testutil.Nobody,
+		Ops: []mounts.Op{{Kind: mounts.File, Dst: "/etc/hostname", Data: "from-the-plan\n"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := runPlan(t, testutil.Nobody, p); r.Code != 0 || r.Stdout != "from-the-plan\n" {
+		t.Errorf("file over /etc/hostname: %v", r)
+	}
+	if after, _ := os.ReadFile("/etc/hostname"); string(after) != string(before) {
+		t.Errorf("host /etc/hostname changed: %q -> %q", before, after)
+	}
+}
