@@ -40,6 +40,7 @@ func TestGeneratedFile(t *testing.T) {
 		p, err := plan.Build(plan.Options{
 			Command: []string{"/bin/sh", "-c", "cat /etc/claude-sandbox-test.conf; stat -c %a /etc/claude-sandbox-test.conf; echo x >> /etc/claude-sandbox-test.conf || echo refused"},
 			UID:     uid, GID: uid,
+			Net: plan.NetNone,
 			Ops: []mounts.Op{{Kind: mounts.File, Dst: "/etc/claude-sandbox-test.conf", Data: "nameserver 192.0.2.53\n", Mode: 0o444}},
 		})
 		if err != nil {
@@ -68,6 +69,7 @@ func TestGeneratedFileOverHostFile(t *testing.T) {
 	p, err := plan.Build(plan.Options{
 		Command: []string{"/bin/cat", "/etc/hostname"},
 		UID:     testutil.Nobody, GID: testutil.Nobody,
+		Net: plan.NetNone,
 		Ops: []mounts.Op{{Kind: mounts.File, Dst: "/etc/hostname", Data: "from-the-plan\n"}},
 	})
 	if err != nil {

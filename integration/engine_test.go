@@ -62,7 +62,10 @@ func (s *sandbox) env() []string {
 // cmd returns the launcher command: claude-sandbox run ARGS (ARGS holds
 // the options, "--" and the command).
 func (s *sandbox) cmd(args ...string) *exec.Cmd {
-	c := testutil.As(s.uid, s.env(), append([]string{s.bin, "run"}, args...)...)
+	// The filesystem and process tests need no network: --net=none unless
+	// a test names another mode (the last --net wins). The jail has its
+	// own tests, in a lab network.
+	c := testutil.As(s.uid, s.env(), append([]string{s.bin, "run", "--net=none"}, args...)...)
 	c.Dir = "/"
 	return c
 }
@@ -298,6 +301,30 @@ func TestNamespaces(t *testing.T) {
 		lines := strings.Fields(got)
 		if len(lines) != 2 || lines[0] == netOut || lines[1] != "lo" {
 			t.Errorf("--net=none: got %q, want a new namespace with only lo", got)
+		}
+	})
+}
+
+// Descriptors must not leak into the command: not the stages' channels
+// (with them it could talk to the launcher as if it were init), and not
+// what the caller's parent left open in the launcher (here three files,
+// standing in for a terminal or a daemon's socket).
+func TestNoInheritedDescriptors(t *testing.T) {
+	users(t, func(t *testing.T, s *sandbox) {
+		for _, net := range []string{"--net=host", "--net=none"} {
+			cmd := s.cmd(net, "--", "/bin/sh", "-c", "ls /proc/self/fd | tr '\\n' ' '")
+			for i := 0; i < 3; i++ {
+				f, err := os.Open("/etc/hostname")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				cmd.ExtraFiles = append(cmd.ExtraFiles, f) // fds 3, 4, 5 in the launcher
+			}
+			r := testutil.Run(t, cmd)
+			if r.Code != 0 || r.Stdout != "0 1 2 3 " { // 3 is ls's own directory handle
+				t.Errorf("%s: descriptors inside: %v, want only 0 1 2 (and ls's 3)", net, r)
+			}
 		}
 	})
 }

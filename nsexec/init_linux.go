@@ -32,6 +32,13 @@ func runStage() int {
 		fmt.Fprintln(os.Stderr, "claude-sandbox: started as a stage without its channel (fd 3); this binary's stages are internal")
 		return ExitSetup
 	}
+	// Nothing this process inherited beyond stdio may reach the command:
+	// not the stage's channels (with them the command could talk to the
+	// launcher as if it were init), and not whatever descriptors the
+	// caller's own parent leaked to it (a terminal, a daemon's socket).
+	// Every fd from 3 up is made close-on-exec; the stages pass on what
+	// they mean to, explicitly.
+	closeExtraOnExec()
 	ch := newChannel(f)
 	m, err := ch.recv()
 	if err != nil || m.Kind != msgStart {
@@ -41,6 +48,8 @@ func runStage() int {
 	switch m.Stage {
 	case "init":
 		return runInit(ch, m)
+	case "holder":
+		return runHolder(ch, m)
 	}
 	_ = ch.send(message{Kind: msgError, Text: fmt.Sprintf("unknown stage %q", m.Stage), Code: ExitSetup})
 	return ExitSetup
@@ -266,10 +275,28 @@ func sendPTY(start message) (*os.File, error) {
 	if start.Winsize != nil {
 		_ = unix.IoctlSetWinsize(m, unix.TIOCSWINSZ, start.Winsize)
 	}
-	if err := unix.Sendmsg(ptyFD, []byte{'p'}, unix.UnixRights(m), nil, 0); err != nil {
+	if err := sendFD(ptyFD, fdTagPTY, m); err != nil {
 		slave.Close()
 		return nil, fmt.Errorf("pass the pty to the launcher: %w", err)
 	}
 	unix.Close(ptyFD)
 	return slave, nil
+}
+
+// closeExtraOnExec marks every descriptor from 3 up close-on-exec.
+func closeExtraOnExec() {
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err == nil {
+		return
+	}
+	// Kernels before 5.11: walk the descriptor table.
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		var fd int
+		if _, err := fmt.Sscan(e.Name(), &fd); err == nil && fd >= 3 {
+			unix.CloseOnExec(fd)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/plan"
+	"github.com/claude-sandbox/claude-sandbox/routes"
 )
 
 // stageMarker is argv[0] of a re-executed stage. It only says "look at fd
@@ -48,6 +49,9 @@ type message struct {
 	// init opens inside the sandbox's own devpts.
 	Winsize *unix.Winsize `json:"winsize,omitempty"`
 	Termios *unix.Termios `json:"termios,omitempty"`
+	// Holder only: the jail's route plan, and the clone flags for init.
+	Routes    *routes.Plan `json:"routes,omitempty"`
+	CloneInit uintptr      `json:"cloneInit,omitempty"`
 }
 
 type channel struct {

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path"
 	"strings"
@@ -33,6 +34,9 @@ const (
 	NetHost Net = "host"
 	// NetNone gives the sandbox an empty network namespace with only lo.
 	NetNone Net = "none"
+	// NetJail gives the sandbox a private network namespace whose only
+	// way out is the egress jail's userspace stack.
+	NetJail Net = "jail"
 )
 
 // DefaultPath is the search path used to find the command when the plan's
@@ -58,14 +62,31 @@ type Plan struct {
 	Hostname string `json:"hostname,omitempty"`
 	// Net is the network mode.
 	Net Net `json:"net"`
+	// Egress is the egress jail's configuration (Net == NetJail only).
+	Egress *Egress `json:"egress,omitempty"`
 	// Mounts is the filesystem view, applied in order.
 	Mounts []mounts.Op `json:"mounts"`
+}
+
+// Egress describes the egress jail. The host's facts (connected subnets,
+// resolvers) are read at launch; Routes shows the kernel route plan they
+// gave when the plan was built, for `plan --json` and tests.
+type Egress struct {
+	// Allow are the --allow-ip (single address) and --allow-cidr entries.
+	Allow []netip.Prefix `json:"allow,omitempty"`
+	// Routes is the route plan, one operation a line.
+	Routes []string `json:"routes,omitempty"`
 }
 
 // Options is what a caller asks for; Build turns it into a Plan.
 type Options struct {
 	Command []string
 	Net     Net
+	// Allow punches through the egress jail (Net == NetJail only).
+	Allow []netip.Prefix
+	// Late are operations applied after the caller's own (the jail's
+	// resolv.conf), so no user operation can cover them.
+	Late []mounts.Op
 	// Ops are the caller's filesystem operations, in order; Build puts
 	// them after the base view (read-only root, /dev, /proc and, unless
 	// Bare, tmpfs on /tmp and the home directory).
@@ -115,10 +136,15 @@ func Build(opts Options) (*Plan, error) {
 	}
 	switch p.Net {
 	case "":
-		p.Net = NetHost
-	case NetHost, NetNone:
+		p.Net = NetJail
+	case NetHost, NetNone, NetJail:
 	default:
-		return nil, errf("unknown network mode %q: use --net=host or --net=none", string(opts.Net))
+		return nil, errf("unknown network mode %q: use --net=jail, --net=host or --net=none", string(opts.Net))
+	}
+	if p.Net == NetJail {
+		p.Egress = &Egress{Allow: opts.Allow}
+	} else if len(opts.Allow) > 0 {
+		return nil, errf("--allow-ip and --allow-cidr apply to the egress jail (--net=jail), not --net=%s", p.Net)
 	}
 	if opts.Hostname != "" && !validHostname(opts.Hostname) {
 		return nil, errf("invalid hostname %q: use letters, digits, '-' and '.', at most 64 characters", opts.Hostname)
@@ -157,6 +183,11 @@ func Build(opts Options) (*Plan, error) {
 		return nil, err
 	}
 	p.Mounts = append(p.Mounts, user...)
+	late, err := checkOps(opts.Late, stat)
+	if err != nil {
+		return nil, err
+	}
+	p.Mounts = append(p.Mounts, late...)
 	return p, nil
 }
 

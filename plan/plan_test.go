@@ -3,6 +3,7 @@ package plan
 import (
 	"encoding/json"
 	"io/fs"
+	"net/netip"
 	"os"
 	"reflect"
 	"strings"
@@ -51,7 +52,7 @@ func TestBuild(t *testing.T) {
 		{
 			name: "defaults",
 			opts: Options{Command: []string{"true"}, Home: "/home/u", Cwd: "/home/u/work", UID: 1000, GID: 1000},
-			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/home/u/work", UID: 1000, GID: 1000, Net: NetHost, Mounts: base()},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/home/u/work", UID: 1000, GID: 1000, Net: NetJail, Egress: &Egress{}, Mounts: base()},
 		},
 		{
 			name: "root stays root, net none, hostname",
@@ -61,12 +62,12 @@ func TestBuild(t *testing.T) {
 		{
 			name: "bare drops the default tmpfs",
 			opts: Options{Command: []string{"true"}, Home: "/home/u", Bare: true},
-			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetHost, Mounts: base()[:3]},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{}, Mounts: base()[:3]},
 		},
 		{
 			name: "missing home gets no tmpfs",
 			opts: Options{Command: []string{"true"}, Home: "/nonexistent"},
-			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetHost, Mounts: base()[:4]},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{}, Mounts: base()[:4]},
 		},
 		{
 			name: "user ops in order, cleaned, default tmpfs mode, try dropped when missing",
@@ -78,7 +79,7 @@ func TestBuild(t *testing.T) {
 				{Kind: mounts.Tmpfs, Dst: "/var//cache"},
 				{Kind: mounts.Mask, Dst: "/home/u/.ssh"},
 			}},
-			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetHost, Mounts: base(
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{}, Mounts: base(
 				mounts.Op{Kind: mounts.Bind, Src: "/home/u/work", Dst: "/home/u/work"},
 				mounts.Op{Kind: mounts.ROBind, Src: "/etc/passwd", Dst: "/x/passwd"},
 				mounts.Op{Kind: mounts.ROBind, Src: "/home/u/.cache", Dst: "/home/u/.cache", Optional: true},
@@ -90,13 +91,23 @@ func TestBuild(t *testing.T) {
 			name: "environment: cleared, keep-env copies, setenv wins in order",
 			opts: Options{Command: []string{"env"}, Environ: []string{"TERM=xterm", "GH_TOKEN=secret", "LANG=C"},
 				KeepEnv: []string{"TERM", "LANG", "UNSET"}, SetEnv: [][2]string{{"A", "1"}, {"LANG", "C.UTF-8"}}},
-			want: &Plan{Argv: []string{"env"}, Env: []string{"TERM=xterm", "LANG=C.UTF-8", "A=1"}, Dir: "/", Net: NetHost, Mounts: base()[:4]},
+			want: &Plan{Argv: []string{"env"}, Env: []string{"TERM=xterm", "LANG=C.UTF-8", "A=1"}, Dir: "/", Net: NetJail, Egress: &Egress{}, Mounts: base()[:4]},
 		},
 		{
 			name: "chdir is strict",
 			opts: Options{Command: []string{"true"}, Chdir: "/srv/x/", Cwd: "/home/u"},
-			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/srv/x", DirStrict: true, Net: NetHost, Mounts: base()[:4]},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/srv/x", DirStrict: true, Net: NetJail, Egress: &Egress{}, Mounts: base()[:4]},
 		},
+		{
+			name: "jail with allow entries, late ops last",
+			opts: Options{Command: []string{"true"}, Net: NetJail, Allow: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32")},
+				Ops:  []mounts.Op{{Kind: mounts.Tmpfs, Dst: "/x"}},
+				Late: []mounts.Op{{Kind: mounts.File, Dst: "/etc/resolv.conf", Data: "nameserver 192.0.2.1\n"}}},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{Allow: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32")}}, Mounts: append(base()[:4],
+				mounts.Op{Kind: mounts.Tmpfs, Dst: "/x", Mode: 0o755},
+				mounts.Op{Kind: mounts.File, Dst: "/etc/resolv.conf", Data: "nameserver 192.0.2.1\n"})},
+		},
+		{name: "allow without the jail", opts: Options{Command: []string{"x"}, Net: NetHost, Allow: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32")}}, wantErr: "apply to the egress jail"},
 		{name: "empty command", opts: Options{}, wantErr: "no command given"},
 		{name: "empty argv0", opts: Options{Command: []string{""}}, wantErr: "no command given"},
 		{name: "bad net", opts: Options{Command: []string{"x"}, Net: "jail2"}, wantErr: `unknown network mode "jail2"`},

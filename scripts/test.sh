@@ -15,7 +15,8 @@ if [ "$(id -u)" = 0 ]; then
   export CLAUDE_SANDBOX_REQUIRE_PRIVILEGED=1
   need=()
   command -v bwrap >/dev/null || need+=(bubblewrap)
-  command -v unshare >/dev/null || need+=(util-linux)
+  command -v unshare >/dev/null && command -v setpriv >/dev/null || need+=(util-linux)
+  command -v ip >/dev/null || need+=(iproute2) # the jail tests' lab network
   command -v gcc >/dev/null || need+=(gcc) # the race detector needs cgo
   if [ ${#need[@]} -gt 0 ]; then
     step "installing ${need[*]}"

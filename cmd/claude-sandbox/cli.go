@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/plan"
 )
 
@@ -18,9 +19,10 @@ func usagef(format string, a ...any) error { return &usageError{msg: fmt.Sprintf
 
 // runArgs is what `run` and `plan` accept, before it becomes plan.Options.
 type runArgs struct {
-	opts plan.Options
-	json bool // plan --json
-	help bool
+	opts       plan.Options
+	json       bool // plan --json
+	help       bool
+	logBlocked string
 }
 
 // parseRunArgs reads the options of `run` (and `plan`, which also takes
@@ -85,11 +87,30 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, err
 			}
 			switch plan.Net(v) {
-			case plan.NetHost, plan.NetNone:
+			case plan.NetJail, plan.NetHost, plan.NetNone:
 				r.opts.Net = plan.Net(v)
 			default:
-				return nil, usagef("--net: unknown mode %q (use host or none)", v)
+				return nil, usagef("--net: unknown mode %q (use jail, host or none)", v)
 			}
+		case "--allow-ip", "--allow-cidr":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			pfx, err := netpolicy.ParseAllow(v)
+			if err != nil {
+				return nil, usagef("%s: %v", name, err)
+			}
+			if name == "--allow-ip" && !pfx.IsSingleIP() {
+				return nil, usagef("--allow-ip takes one address; use --allow-cidr %s for a range", v)
+			}
+			r.opts.Allow = append(r.opts.Allow, pfx)
+		case "--log-blocked":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			r.logBlocked = v
 		case "--tmpfs", "--mask":
 			v, err := value()
 			if err != nil {
@@ -191,7 +212,17 @@ Environment and process:
   --hostname NAME       hostname inside (the host's is never changed)
 
 Network:
-  --net=host            share the host's network (default for now)
+  --net=jail            (default) a private network whose only way out is the
+                        egress jail: the internet and DNS are reachable; private
+                        ranges (10/8, 172.16/12, 192.168/16, 100.64/10), link-
+                        local and metadata (169.254/16), loopback, multicast,
+                        the host's own subnets and their IPv6 counterparts are
+                        blocked, at once, for TCP, UDP and ping
+  --allow-ip ADDR       let the jail reach ADDR (IPv4 or IPv6), any port
+  --allow-cidr PREFIX   let the jail reach a whole range, e.g. 10.20.0.0/16
+  --log-blocked FILE    append every blocked flow to FILE as a JSON line
+                        (otherwise a summary is printed when the command ends)
+  --net=host            share the host's network: no egress jail
   --net=none            an empty network namespace with only lo
 
 The exit status is COMMAND's, 128+N if signal N killed it, 125 if the
@@ -200,5 +231,6 @@ sandbox could not be built, 126/127 if COMMAND cannot run or is not found.
 Examples:
   claude-sandbox run -- sh -c 'id; ls -A ~; touch /usr/x'
   claude-sandbox run --bind "$PWD" "$PWD" --net=none -- make test
+  claude-sandbox run --allow-ip 10.1.2.3 -- curl http://10.1.2.3/
   claude-sandbox plan --json --mask /etc/shadow -- true
 `

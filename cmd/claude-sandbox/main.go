@@ -16,7 +16,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
+	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/plan"
 )
@@ -79,10 +81,26 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 	if wd, err := os.Getwd(); err == nil {
 		r.opts.Cwd = wd
 	}
+	var setup *jail.Setup
+	if r.opts.Net == "" || r.opts.Net == plan.NetJail {
+		facts, err := jail.DiscoverHost("/etc/resolv.conf")
+		if err != nil {
+			fmt.Fprintf(stderr, "claude-sandbox %s: egress jail: read the host's network: %v\n", verb, err)
+			return 1
+		}
+		if setup, err = jail.Prepare(facts, r.opts.Allow); err != nil {
+			fmt.Fprintf(stderr, "claude-sandbox %s: %v\n", verb, err)
+			return 1
+		}
+		r.opts.Late = append(r.opts.Late, setup.ResolvConf)
+	}
 	p, err := plan.Build(r.opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "claude-sandbox %s: %v\n", verb, err)
 		return 2
+	}
+	if setup != nil {
+		p.Egress.Routes = strings.Split(strings.TrimSuffix(setup.Routes.String(), "\n"), "\n")
 	}
 	if verb == "plan" {
 		enc := json.NewEncoder(stdout)
@@ -93,7 +111,25 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	code, err := nsexec.Run(p, nsexec.Options{})
+	opts := nsexec.Options{}
+	if setup != nil {
+		for _, w := range setup.Warnings {
+			fmt.Fprintln(stderr, "claude-sandbox: warning:", w)
+		}
+		jo := jail.Options{Summary: stderr}
+		if r.logBlocked != "" {
+			f, err := os.OpenFile(r.logBlocked, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+			if err != nil {
+				fmt.Fprintln(stderr, "claude-sandbox: --log-blocked:", err)
+				return 2
+			}
+			defer f.Close()
+			jo.Log, jo.Summary = f, nil
+		}
+		j := jail.New(setup, jo)
+		opts.Jail = j
+	}
+	code, err := nsexec.Run(p, opts)
 	if err != nil {
 		var pe *plan.Error
 		if errors.As(err, &pe) {

@@ -5,8 +5,18 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"errors"
+	"net"
+	"strings"
+	"time"
+
 	"fmt"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 	"os"
 	"os/exec"
 	"strconv"
@@ -31,6 +41,9 @@ func result(err error) string {
 	var errno unix.Errno
 	if errors.As(err, &errno) {
 		return "err:" + unix.ErrnoName(errno)
+	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return "err:timeout"
 	}
 	return "err:" + err.Error()
 }
@@ -74,6 +87,82 @@ func run(cmd string, args []string) error {
 			f.Close()
 		}
 		return err
+	case "tcp":
+		// Connect, send a line, expect it echoed.
+		c, err := net.DialTimeout("tcp", args[0], 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("hello\n")); err != nil {
+			return err
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if line != "hello\n" {
+			return fmt.Errorf("echo %q", line)
+		}
+		return nil
+	case "udp":
+		// Send a datagram, expect it echoed.
+		c, err := net.Dial("udp", args[0])
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		for try := 0; try < 3; try++ {
+			_ = c.SetDeadline(time.Now().Add(time.Second))
+			if _, err := c.Write([]byte("hello")); err != nil {
+				return err
+			}
+			n, err := c.Read(buf)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if string(buf[:n]) != "hello" {
+				return fmt.Errorf("echo %q", buf[:n])
+			}
+			return nil
+		}
+		return errors.New("timeout")
+	case "ping":
+		return ping(args[0])
+	case "resolve", "resolve-tcp":
+		r := &net.Resolver{PreferGo: true}
+		if cmd == "resolve-tcp" {
+			r.Dial = func(ctx context.Context, _, address string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "tcp", address)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		addrs, err := r.LookupHost(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		fmt.Print(strings.Join(addrs, ","), " ")
+		return nil
+	case "route-del-default":
+		return netlink.RouteDel(&netlink.Route{Dst: mustCIDR("0.0.0.0/0")})
+	case "route-add":
+		// A route past the blackholes, through the jail's TUN.
+		l, err := netlink.LinkByName("tun0")
+		if err != nil {
+			return err
+		}
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: mustCIDR(args[0])})
+	case "route-del":
+		return netlink.RouteDel(&netlink.Route{Dst: mustCIDR(args[0]), Type: unix.RTN_BLACKHOLE})
+	case "link-add":
+		return netlink.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}})
 	case "nested":
 		// Re-run this probe in a new user + mount namespace where it
 		// holds every capability, then attempt args there. A non-root
@@ -84,6 +173,7 @@ func run(cmd string, args []string) error {
 		c := exec.Command("/proc/self/exe", args...)
 		c.Stdout, c.Stderr = os.Stdout, os.Stderr
 		c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS}
+
 		if os.Getuid() != 0 {
 			c.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
 			c.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
@@ -93,6 +183,53 @@ func run(cmd string, args []string) error {
 		return c.Run()
 	}
 	return fmt.Errorf("unknown probe %q", cmd)
+}
+
+// ping sends ICMP echo requests from an unprivileged ping socket.
+func ping(addr string) error {
+	dst := net.ParseIP(addr)
+	network, proto := "udp4", 1
+	var echoType icmp.Type = ipv4.ICMPTypeEcho
+	if dst.To4() == nil {
+		network, proto, echoType = "udp6", 58, ipv6.ICMPTypeEchoRequest
+	}
+	c, err := icmp.ListenPacket(network, "")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	msg, _ := (&icmp.Message{Type: echoType, Body: &icmp.Echo{ID: 1, Seq: 1, Data: []byte("probe")}}).Marshal(nil)
+	buf := make([]byte, 1500)
+	for try := 0; try < 3; try++ {
+		if _, err := c.WriteTo(msg, &net.UDPAddr{IP: dst}); err != nil {
+			return err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, _, err := c.ReadFrom(buf)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		m, err := icmp.ParseMessage(proto, buf[:n])
+		if err != nil {
+			return err
+		}
+		if m.Type == ipv4.ICMPTypeEchoReply || m.Type == ipv6.ICMPTypeEchoReply {
+			return nil
+		}
+		return fmt.Errorf("icmp %v", m.Type)
+	}
+	return errors.New("timeout")
+}
+
+func mustCIDR(s string) *net.IPNet {
+	_, n, err := net.ParseCIDR(s)
+	if err != nil {
+		panic(err)
+	}
+	return n
 }
 
 func ioctl(fd int, req uint64, arg uintptr) error {

@@ -1,0 +1,11 @@
+// Package jail assembles the egress jail from the host's facts and the
+// caller's allow list: one netpolicy.Policy, the kernel route plan applied
+// inside the jail's namespace (package routes), the sandbox's resolv.conf,
+// and, at run time, the gVisor userstack that serves the TUN device
+// (package userstack). [Prepare] is pure: given [HostFacts] it decides
+// every address and rule, so the whole jail can be printed and tested
+// without privileges. [Jail] is the running half the engine attaches.
+//
+// What it does not do: create namespaces or devices (package nsexec), or
+// enforce anything itself: the routes and the stack do, each on its own.
+package jail

@@ -1,0 +1,161 @@
+package jail
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/routes"
+	"github.com/claude-sandbox/claude-sandbox/userstack"
+)
+
+// Options are the run-time choices of a Jail.
+type Options struct {
+	// Log, when set, receives every block as a JSON line.
+	Log io.Writer
+	// Summary, when set, receives a one-line summary of the blocks when
+	// the jail closes ("3 connections blocked: tcp 10.1.2.3:22 (...)").
+	Summary io.Writer
+	// Policy, when set, replaces the userstack's policy (the routes keep
+	// Setup's). Only tests use it, to prove the routes block alone.
+	Policy *netpolicy.Policy
+	// Dialer opens the host-side sockets; nil means a net.Dialer.
+	Dialer userstack.Dialer
+}
+
+// Jail is the running userstack half of the jail; it implements the
+// engine's nsexec.Jail.
+type Jail struct {
+	setup *Setup
+	opts  Options
+
+	mu     sync.Mutex
+	stack  *userstack.Stack
+	tun    *os.File
+	tally  netpolicy.Tally
+	log    *netpolicy.JSONLWriter
+	failed chan error
+	once   sync.Once
+}
+
+// New returns a Jail for setup; nothing runs until Attach.
+func New(setup *Setup, opts Options) *Jail {
+	j := &Jail{setup: setup, opts: opts, failed: make(chan error, 1)}
+	if opts.Log != nil {
+		j.log = netpolicy.NewJSONLWriter(opts.Log)
+	}
+	return j
+}
+
+// Routes is the plan the engine applies in the jail's namespace.
+func (j *Jail) Routes() routes.Plan { return j.setup.Routes }
+
+// Failed delivers a fatal error of the stack.
+func (j *Jail) Failed() <-chan error { return j.failed }
+
+func (j *Jail) fail(err error) {
+	select {
+	case j.failed <- err:
+	default:
+	}
+}
+
+// Attach builds the userstack on the TUN device.
+func (j *Jail) Attach(tun *os.File) error {
+	// The engine closes its copy after Attach: keep our own.
+	fd, err := dupCloexec(tun)
+	if err != nil {
+		return err
+	}
+	j.tun = fd
+	ep, err := fdbased.New(&fdbased.Options{
+		FDs: []int{int(fd.Fd())},
+		MTU: uint32(routes.DefaultMTU),
+		// Packets the kernel hands a TUN carry valid checksums or none
+		// needed: verifying them again in userspace is wasted work.
+		RXChecksumOffload: true,
+		ClosedFunc: func(e tcpip.Error) {
+			if e != nil {
+				j.fail(fmt.Errorf("TUN device closed: %v", e))
+			}
+		},
+	})
+	if err != nil {
+		fd.Close()
+		return fmt.Errorf("TUN endpoint: %w", err)
+	}
+	pol := j.setup.Policy
+	if j.opts.Policy != nil {
+		pol = j.opts.Policy
+	}
+	dialer := j.opts.Dialer
+	if dialer == nil {
+		dialer = &net.Dialer{Timeout: userstack.DefaultDialTimeout}
+	}
+	st, err := userstack.New(ep, userstack.Config{
+		Policy:     pol,
+		Dialer:     dialer,
+		Gateways:   []netipAddr{j.setup.Gateway},
+		VirtualDNS: []netipAddr{j.setup.Gateway},
+		Upstreams:  j.setup.Upstreams,
+		OnBlock:    j.record,
+		Pinger:     userstack.HostPinger{},
+	})
+	if err != nil {
+		fd.Close()
+		return err
+	}
+	j.mu.Lock()
+	j.stack = st
+	j.mu.Unlock()
+	return nil
+}
+
+func (j *Jail) record(b netpolicy.Block) {
+	if b.Time.IsZero() {
+		b.Time = time.Now()
+	}
+	j.mu.Lock()
+	j.tally.Add(b)
+	j.mu.Unlock()
+	if j.log != nil {
+		_ = j.log.Record(b)
+	}
+}
+
+// Blocked returns how many flows were refused so far.
+func (j *Jail) Blocked() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.tally.Total()
+}
+
+// Close stops the stack and writes the summary.
+func (j *Jail) Close() {
+	j.once.Do(func() {
+		j.mu.Lock()
+		st := j.stack
+		j.mu.Unlock()
+		if st != nil {
+			st.Close()
+		}
+		if j.tun != nil {
+			j.tun.Close()
+		}
+		if j.opts.Summary != nil {
+			j.mu.Lock()
+			sum := j.tally.Summary(5)
+			j.mu.Unlock()
+			if sum != "" {
+				fmt.Fprintln(j.opts.Summary, "claude-sandbox:", sum)
+			}
+		}
+	})
+}

@@ -1,0 +1,174 @@
+package jail
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+
+	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/routes"
+)
+
+// TUN is the jail's TUN link name inside its namespace.
+const TUN = "tun0"
+
+// HostFacts is what the jail needs to know about the host.
+type HostFacts struct {
+	// Connected are the connected subnets of every host interface.
+	Connected []netip.Prefix
+	// ResolvConf is the content of the host's /etc/resolv.conf.
+	ResolvConf string
+	// IPv6Egress is true when the host has an IPv6 default route.
+	IPv6Egress bool
+}
+
+// Setup is every decision the jail makes before it runs.
+type Setup struct {
+	Policy *netpolicy.Policy
+	Routes routes.Plan
+	// Gateway is the one address the userstack answers as: ICMP echo, and
+	// the DNS relay when the host's resolvers are loopback stubs.
+	Gateway netip.Addr
+	Addr4   netip.Prefix
+	Addr6   netip.Prefix // invalid when the host has no IPv6 egress
+	// Upstreams are the host's loopback stub resolvers the relay forwards
+	// to (empty when the sandbox uses routable resolvers directly).
+	Upstreams []netip.AddrPort
+	// ResolvConf replaces the sandbox's /etc/resolv.conf.
+	ResolvConf mounts.Op
+	Warnings   []string
+}
+
+// addrCandidates are the /24s the jail's own addresses come from, tried in
+// order: the documentation ranges, which no internet host uses. One that
+// overlaps anything the host is connected to, resolves through, or that the
+// allow list names is skipped, so the jail's addresses never shadow a real
+// destination the host knows (a host on 192.0.2.0/24 gets 198.51.100.x).
+var addrCandidates = []netip.Prefix{
+	netip.MustParsePrefix("192.0.2.0/24"),
+	netip.MustParsePrefix("198.51.100.0/24"),
+	netip.MustParsePrefix("203.0.113.0/24"),
+}
+
+// jailAddr6 is the sandbox's own IPv6 address: a fixed unique-local
+// address, local to the jail's namespace (fc00::/7 stays blocked as a
+// destination).
+var jailAddr6 = netip.MustParsePrefix("fdc5:a9d1:6a11::2/128")
+
+// Prepare decides the jail's addresses, policy, routes and resolv.conf.
+func Prepare(facts HostFacts, allow []netip.Prefix) (*Setup, error) {
+	s := &Setup{}
+	nameservers, extra := parseResolvConf(facts.ResolvConf)
+	var routable []netip.Addr
+	for _, ns := range nameservers {
+		if ns.IsLoopback() {
+			s.Upstreams = append(s.Upstreams, netip.AddrPortFrom(ns, 53))
+		} else {
+			routable = append(routable, ns)
+		}
+	}
+	taken := append([]netip.Prefix{}, facts.Connected...)
+	taken = append(taken, allow...)
+	for _, r := range nameservers {
+		taken = append(taken, netip.PrefixFrom(r, r.BitLen()))
+	}
+	var base netip.Prefix
+	for _, c := range addrCandidates {
+		if !overlapsAny(c, taken) {
+			base = c
+			break
+		}
+	}
+	if !base.IsValid() {
+		return nil, errors.New("egress jail: every candidate address range for the jail (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24) is in use on this host")
+	}
+	b := base.Addr().As4()
+	b[3] = 1
+	s.Gateway = netip.AddrFrom4(b)
+	b[3] = 2
+	s.Addr4 = netip.PrefixFrom(netip.AddrFrom4(b), 32)
+	if facts.IPv6Egress {
+		s.Addr6 = jailAddr6
+	}
+
+	pol, err := netpolicy.New(netpolicy.Config{ConnectedSubnets: facts.Connected, Allow: allow, DNSResolvers: routable})
+	if err != nil {
+		return nil, fmt.Errorf("egress policy: %w", err)
+	}
+	s.Policy = pol
+	rp, err := routes.BuildPlan(pol, routes.Config{TUN: TUN, Addr4: s.Addr4, Addr6: s.Addr6})
+	if err != nil {
+		return nil, err
+	}
+	s.Routes = rp
+
+	// The sandbox's resolv.conf: the routable resolvers as they are, and
+	// the gateway in place of the loopback stubs (which are unreachable
+	// from the jail's own loopback), in the host's order.
+	var conf strings.Builder
+	conf.WriteString("# written by claude-sandbox for the egress jail\n")
+	stubWritten := false
+	for _, ns := range nameservers {
+		if ns.IsLoopback() {
+			if stubWritten {
+				continue
+			}
+			stubWritten = true
+			ns = s.Gateway
+		}
+		fmt.Fprintf(&conf, "nameserver %s\n", ns)
+	}
+	for _, l := range extra {
+		conf.WriteString(l + "\n")
+	}
+	if len(nameservers) == 0 {
+		s.Warnings = append(s.Warnings, "egress jail: the host has no DNS resolver (no nameserver in /etc/resolv.conf): names will not resolve inside the sandbox")
+	}
+	s.ResolvConf = mounts.Op{Kind: mounts.File, Dst: "/etc/resolv.conf", Data: conf.String(), Mode: 0o644}
+	return s, nil
+}
+
+func overlapsAny(p netip.Prefix, list []netip.Prefix) bool {
+	for _, q := range list {
+		if q.IsValid() && p.Overlaps(q) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseResolvConf returns the nameserver addresses and the search, domain
+// and options lines, which the sandbox keeps.
+func parseResolvConf(s string) (ns []netip.Addr, extra []string) {
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") || strings.HasPrefix(f[0], ";") {
+			continue
+		}
+		switch f[0] {
+		case "nameserver":
+			if len(f) < 2 {
+				continue
+			}
+			// A scoped address (fe80::1%eth0) keeps its zone out.
+			host, _, _ := strings.Cut(f[1], "%")
+			if a, err := netip.ParseAddr(host); err == nil {
+				ns = append(ns, a.Unmap())
+			}
+		case "search", "domain", "options":
+			extra = append(extra, strings.Join(f, " "))
+		}
+	}
+	return ns, extra
+}
+
+// ReadResolvConf reads at most 64 KiB of r (a resolv.conf).
+func ReadResolvConf(r io.Reader) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(r, 64<<10))
+	return string(b), err
+}

@@ -1,0 +1,34 @@
+// Package netpolicy is the single egress policy value shared by both
+// enforcement layers of the network jail: the kernel routes installed inside
+// the jail's network namespace (package routes) and the userspace network
+// stack that dials the host network on the jail's behalf (package userstack).
+//
+// What it does: it holds the blocked address ranges (private, CGNAT,
+// link-local/metadata, loopback, multicast, reserved, the host's connected
+// subnets, and the IPv6 equivalents including the IPv4-mapped and NAT64
+// forms of every blocked IPv4 range), the caller's allow entries and the DNS
+// resolver punches; it answers "may this flow leave?" with a human-readable
+// reason ([Policy.Check]); it lists the prefixes the kernel layer must
+// blackhole, mark unreachable or punch ([Policy.RoutePlan]); and it records
+// and summarises blocked flows ([Block], [JSONLWriter], [Tally]).
+//
+// Matching rule: the longest matching prefix wins, exactly as in the
+// kernel's routing table, so both layers agree; when an allow entry and a
+// block have the same prefix the allow wins. An allow-cidr that contains a
+// more specific blocked range (for example a connected subnet inside an
+// allowed 10.0.0.0/8) does not open that range: allow the subnet itself, or
+// a more specific prefix inside it. DNS punches are narrower still: a
+// resolver address is allowed on port 53 (TCP and UDP) only.
+//
+// What it does not do: no syscalls, no I/O other than writing block records
+// to a caller's io.Writer, no name resolution, no reading of host interfaces
+// or /etc/resolv.conf (the caller supplies connected subnets and resolvers).
+// The kernel layer cannot filter by port, so a resolver inside a blocked
+// range is punched for every port in the route plan; the userstack still
+// enforces port 53.
+//
+// When not to use it: it is not a firewall for arbitrary hosts, and it knows
+// nothing about host names; a hostname allowlist (SNI/HTTP proxy) is a
+// different control. Build the policy only from trusted configuration (root
+// owned files under /etc), never from anything the sandbox can write.
+package netpolicy

@@ -1,0 +1,392 @@
+package netpolicy
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// Proto is the transport protocol of a flow.
+type Proto uint8
+
+// Protocols a flow can use.
+const (
+	ProtoTCP Proto = iota + 1
+	ProtoUDP
+	ProtoICMP
+)
+
+// String returns "tcp", "udp", "icmp" or "proto(N)".
+func (p Proto) String() string {
+	switch p {
+	case ProtoTCP:
+		return "tcp"
+	case ProtoUDP:
+		return "udp"
+	case ProtoICMP:
+		return "icmp"
+	}
+	return fmt.Sprintf("proto(%d)", uint8(p))
+}
+
+// MarshalText encodes the protocol as its String form.
+func (p Proto) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText decodes "tcp", "udp" or "icmp".
+func (p *Proto) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "tcp":
+		*p = ProtoTCP
+	case "udp":
+		*p = ProtoUDP
+	case "icmp":
+		*p = ProtoICMP
+	default:
+		return fmt.Errorf("netpolicy: unknown protocol %q", b)
+	}
+	return nil
+}
+
+// DNSPort is the only port a DNS punch opens.
+const DNSPort = 53
+
+// Verdict is the answer of [Policy.Check].
+type Verdict struct {
+	Allowed bool
+	// Rule says which rule decided, for logs and error messages, e.g.
+	// "private range 10.0.0.0/8", "allow-ip 10.1.2.3", "dns resolver
+	// 10.0.0.2:53" or "internet".
+	Rule string
+}
+
+// RouteKind is what the kernel layer does with a prefix.
+type RouteKind uint8
+
+// Route kinds, in the order the kernel layer installs them.
+const (
+	// RouteBlackhole drops silently (connect fails with EINVAL). The
+	// policy no longer emits it; kept for callers' own plans.
+	RouteBlackhole RouteKind = iota + 1
+	// RouteUnreachable fails at once with EHOSTUNREACH: every blocked
+	// range gets one.
+	RouteUnreachable
+	// RoutePunch routes the prefix via the TUN device despite a wider
+	// block.
+	RoutePunch
+)
+
+// String returns "blackhole", "unreachable" or "punch".
+func (k RouteKind) String() string {
+	switch k {
+	case RouteBlackhole:
+		return "blackhole"
+	case RouteUnreachable:
+		return "unreachable"
+	case RoutePunch:
+		return "punch"
+	}
+	return fmt.Sprintf("routekind(%d)", uint8(k))
+}
+
+// RouteEntry is one prefix of the kernel route plan.
+type RouteEntry struct {
+	Prefix netip.Prefix
+	Kind   RouteKind
+	// Reason is the rule the entry comes from (same wording as
+	// [Verdict.Rule]).
+	Reason string
+}
+
+// Config is everything a [Policy] is built from besides the built-in
+// blocked ranges. The zero Config gives the default policy.
+type Config struct {
+	// ConnectedSubnets are the connected subnets of every host interface
+	// (IPv4 and IPv6). Host bits are ignored (192.168.1.7/24 blocks
+	// 192.168.1.0/24). Loopback subnets may be included; they are already
+	// blocked.
+	ConnectedSubnets []netip.Prefix
+	// Allow are the allow entries: a single-address prefix (/32, /128) is
+	// an allow-ip, anything wider an allow-cidr. Use [ParseAllow] to build
+	// them from configuration strings.
+	Allow []netip.Prefix
+	// DNSResolvers are the resolver addresses the sandbox may reach on
+	// port 53 (TCP and UDP), whatever range they sit in.
+	DNSResolvers []netip.Addr
+}
+
+// Policy is an immutable egress policy. It is safe for concurrent use.
+type Policy struct {
+	// rules sorted by prefix length, longest first; allow before block on
+	// equal length. The first match decides.
+	rules []rule
+	dns   []netip.Addr
+}
+
+type action uint8
+
+const (
+	actBlock action = iota + 1
+	actUnreachable
+	actAllow
+)
+
+type rule struct {
+	prefix netip.Prefix
+	act    action
+	reason string
+}
+
+type builtin struct {
+	prefix string
+	reason string
+	act    action
+}
+
+// Built-in IPv4 blocks. Each is mirrored into the IPv4-mapped and NAT64
+// well-known-prefix spaces.
+var builtinV4 = []builtin{
+	{"10.0.0.0/8", "private range", actBlock},
+	{"172.16.0.0/12", "private range", actBlock},
+	{"192.168.0.0/16", "private range", actBlock},
+	{"100.64.0.0/10", "shared/CGNAT range", actBlock},
+	{"169.254.0.0/16", "link-local/metadata", actUnreachable},
+	{"127.0.0.0/8", "loopback", actBlock},
+	{"0.0.0.0/8", "this-network", actBlock},
+	{"224.0.0.0/4", "multicast", actBlock},
+	{"240.0.0.0/4", "reserved", actBlock},
+}
+
+// Built-in IPv6 blocks.
+var builtinV6 = []builtin{
+	{"::1/128", "loopback", actBlock},
+	{"::/128", "unspecified", actBlock},
+	{"fc00::/7", "unique-local", actBlock},
+	{"fe80::/10", "link-local", actBlock},
+	{"fec0::/10", "site-local", actBlock},
+	{"ff00::/8", "multicast", actBlock},
+	// The local-use NAT64 prefix (RFC 8215): operators choose where the
+	// IPv4 address is embedded inside it, so no per-range form can be
+	// computed; the whole space is blocked. An allow-cidr reopens it.
+	{"64:ff9b:1::/48", "nat64 local-use", actBlock},
+}
+
+var (
+	mappedPrefix = netip.MustParsePrefix("::ffff:0:0/96")
+	nat64Prefix  = netip.MustParsePrefix("64:ff9b::/96")
+)
+
+// New builds a Policy from the built-in blocks and cfg. It fails on an
+// invalid prefix or address in cfg, never silently dropping an entry.
+func New(cfg Config) (*Policy, error) {
+	p := &Policy{}
+	for _, b := range builtinV4 {
+		pfx := netip.MustParsePrefix(b.prefix)
+		p.addV4(pfx, b.act, b.reason+" "+pfx.String())
+	}
+	for _, b := range builtinV6 {
+		pfx := netip.MustParsePrefix(b.prefix)
+		p.add(pfx, b.act, b.reason+" "+pfx.String())
+	}
+	var errs []error
+	for _, s := range cfg.ConnectedSubnets {
+		if !s.IsValid() {
+			errs = append(errs, fmt.Errorf("netpolicy: invalid connected subnet %v", s))
+			continue
+		}
+		s = unmapPrefix(s).Masked()
+		p.addV4(s, actBlock, "connected subnet "+s.String())
+	}
+	for _, a := range cfg.Allow {
+		pfx, err := checkAllow(a)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		p.addV4(pfx, actAllow, allowReason(pfx))
+	}
+	for _, r := range cfg.DNSResolvers {
+		if !r.IsValid() || r.Unmap().IsUnspecified() {
+			errs = append(errs, fmt.Errorf("netpolicy: invalid DNS resolver %v", r))
+			continue
+		}
+		r = r.Unmap().WithZone("")
+		if !slices.Contains(p.dns, r) {
+			p.dns = append(p.dns, r)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(p.rules, func(a, b rule) int {
+		if c := cmp.Compare(b.prefix.Bits(), a.prefix.Bits()); c != 0 {
+			return c
+		}
+		// Allow wins ties.
+		return compareBool(b.act == actAllow, a.act == actAllow)
+	})
+	return p, nil
+}
+
+// MustNew is New that panics on error, for tests and fixed configurations.
+func MustNew(cfg Config) *Policy {
+	p, err := New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+func allowReason(p netip.Prefix) string {
+	if p.IsSingleIP() {
+		return "allow-ip " + p.Addr().String()
+	}
+	return "allow-cidr " + p.String()
+}
+
+// add appends a rule unless an identical (prefix, action) rule exists.
+func (p *Policy) add(pfx netip.Prefix, act action, reason string) {
+	for _, r := range p.rules {
+		if r.prefix == pfx && r.act == act {
+			return
+		}
+	}
+	p.rules = append(p.rules, rule{prefix: pfx, act: act, reason: reason})
+}
+
+// addV4 adds pfx and, when it is IPv4, its IPv4-mapped and NAT64
+// well-known-prefix forms, so that every spelling of an IPv4 destination
+// gets the same verdict in both layers.
+func (p *Policy) addV4(pfx netip.Prefix, act action, reason string) {
+	p.add(pfx, act, reason)
+	if !pfx.Addr().Is4() {
+		return
+	}
+	v4 := pfx.Addr().As4()
+	for _, base := range []netip.Prefix{mappedPrefix, nat64Prefix} {
+		b := base.Addr().As16()
+		copy(b[12:], v4[:])
+		form := netip.PrefixFrom(netip.AddrFrom16(b), 96+pfx.Bits())
+		kind := "ipv4-mapped"
+		if base == nat64Prefix {
+			kind = "nat64"
+		}
+		p.add(form, act, kind+" "+reason)
+	}
+}
+
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return netip.PrefixFrom(p.Addr().WithZone(""), p.Bits())
+}
+
+// Check decides whether a new flow of proto to dst may leave. An
+// IPv4-mapped destination is unmapped first; a zone is ignored; an invalid
+// destination is refused. Port 0 is fine for ICMP.
+func (p *Policy) Check(proto Proto, dst netip.AddrPort) Verdict {
+	addr := dst.Addr().Unmap().WithZone("")
+	if !addr.IsValid() {
+		return Verdict{Rule: "invalid destination"}
+	}
+	if dst.Port() == DNSPort && (proto == ProtoTCP || proto == ProtoUDP) && slices.Contains(p.dns, addr) {
+		return Verdict{Allowed: true, Rule: "dns resolver " + netip.AddrPortFrom(addr, DNSPort).String()}
+	}
+	for _, r := range p.rules {
+		if r.prefix.Contains(addr) {
+			return Verdict{Allowed: r.act == actAllow, Rule: r.reason}
+		}
+	}
+	return Verdict{Allowed: true, Rule: "internet"}
+}
+
+// DNSResolvers returns the resolver addresses punched on port 53.
+func (p *Policy) DNSResolvers() []netip.Addr { return slices.Clone(p.dns) }
+
+// RoutePlan returns the kernel route plan inputs: every blocked prefix
+// (blackhole, or unreachable for link-local/metadata), then every punch
+// (allow entries and DNS resolvers as host routes). Within a kind, IPv4
+// comes before IPv6 and prefixes are in address order, so the output is
+// stable. A prefix appears once: when an allow and a block share a prefix
+// only the punch is listed (allow wins ties, as in Check). The default
+// route is not part of the plan.
+//
+// IPv4-mapped forms (::ffff:0:0/96) are left out: Linux never routes them
+// through the IPv6 table (an AF_INET6 socket sends to a mapped address over
+// IPv4, so the IPv4 routes apply), and netlink libraries encode such a
+// prefix as IPv4, which the kernel rejects. The NAT64 forms are included.
+func (p *Policy) RoutePlan() []RouteEntry {
+	seen := map[netip.Prefix]bool{}
+	var out []RouteEntry
+	// Rules are sorted allow-first within a prefix length, so the punch of
+	// a tied prefix is seen before its block.
+	for _, r := range p.rules {
+		if seen[r.prefix] || mappedPrefix.Contains(r.prefix.Addr()) {
+			continue
+		}
+		seen[r.prefix] = true
+		e := RouteEntry{Prefix: r.prefix, Reason: r.reason}
+		// Every block is an unreachable route, not a blackhole: a connect
+		// or send then fails at once with EHOSTUNREACH ("No route to
+		// host"), where a blackhole route gives a puzzling EINVAL.
+		if r.act == actAllow {
+			e.Kind = RoutePunch
+		} else {
+			e.Kind = RouteUnreachable
+		}
+		out = append(out, e)
+	}
+	for _, a := range p.dns {
+		pfx := netip.PrefixFrom(a, a.BitLen())
+		if seen[pfx] {
+			continue
+		}
+		seen[pfx] = true
+		out = append(out, RouteEntry{Prefix: pfx, Kind: RoutePunch, Reason: "dns resolver " + a.String()})
+	}
+	slices.SortStableFunc(out, func(a, b RouteEntry) int {
+		ka, kb := a.Kind, b.Kind
+		if ka == RouteUnreachable {
+			ka = RouteBlackhole // blocks of both kinds together
+		}
+		if kb == RouteUnreachable {
+			kb = RouteBlackhole
+		}
+		if c := cmp.Compare(ka, kb); c != 0 {
+			return c
+		}
+		if c := compareBool(a.Prefix.Addr().Is6(), b.Prefix.Addr().Is6()); c != 0 {
+			return c
+		}
+		if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits())
+	})
+	return out
+}
+
+// Blocked reports whether addr falls in a built-in blocked range or a
+// connected subnet, ignoring allow entries. It is the "would the default
+// policy refuse this?" question, used by tests and diagnostics.
+func (p *Policy) Blocked(addr netip.Addr) bool {
+	addr = addr.Unmap().WithZone("")
+	for _, r := range p.rules {
+		if r.act != actAllow && r.prefix.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,200 @@
+package nsexec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/claude-sandbox/claude-sandbox/routes"
+)
+
+// The holder stage owns the egress jail's network namespace. It is started
+// by the launcher in a new user + network namespace, so the namespace and
+// its routes belong to the holder's user namespace: the sandbox's init is
+// started in a *nested* user namespace, where even a process with every
+// capability cannot change them.
+//
+//	launcher --clone(NEWUSER|NEWNET)--> holder --clone(NEWUSER|NEWNS|...)--> init
+//
+// Order (each step must succeed, or the launch stops):
+//  1. open /dev/net/tun, create the TUN link, pass its fd to the launcher;
+//  2. apply the route plan: lo up, TUN addressed and up, blackholes,
+//     unreachables, default route and punches (punch failures are warnings);
+//  3. wait until the launcher says the userstack is attached;
+//  4. start init, hand it the launcher's channels, forward signals to it,
+//     and exit with its status.
+
+// tunName is the jail's TUN link inside the namespace.
+const tunName = "tun0"
+
+// initChanFD is where the holder receives the launcher's channel for init;
+// it becomes init's stageFD.
+const initChanFD = 5
+
+// Messages only the holder and launcher exchange.
+const (
+	msgRoutesLocked msgKind = "routes-locked" // holder -> launcher
+	msgAttached     msgKind = "attached"      // launcher -> holder
+	msgInitStarted  msgKind = "init-started"  // holder -> launcher
+)
+
+// fd-channel tags: which descriptor is arriving.
+const (
+	fdTagTUN = 't'
+	fdTagPTY = 'p'
+)
+
+func runHolder(ch *channel, start message) int {
+	code, err := holder(ch, start)
+	if err != nil {
+		se := &stageError{code: ExitSetup, err: err}
+		errors.As(err, &se)
+		_ = ch.send(message{Kind: msgError, Text: se.err.Error(), Code: se.code})
+		return se.code
+	}
+	return code
+}
+
+func holder(ch *channel, start message) (int, error) {
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("set parent-death signal: %w", err)
+	}
+	if start.Routes == nil {
+		return 0, errors.New("holder started without a route plan")
+	}
+	tun, err := openTUN(tunName)
+	if err != nil {
+		return 0, err
+	}
+	err = sendFD(ptyFD, fdTagTUN, tun)
+	unix.Close(tun)
+	if err != nil {
+		return 0, fmt.Errorf("pass the TUN device to the launcher: %w", err)
+	}
+	nl, err := routes.OpenNetlink()
+	if err != nil {
+		return 0, err
+	}
+	warnings, err := routes.Apply(*start.Routes, nl)
+	nl.Close()
+	for _, w := range warnings {
+		_ = ch.send(message{Kind: msgWarning, Text: fmt.Sprintf("egress jail: %v (that destination stays unreachable)", w)})
+	}
+	if err != nil {
+		return 0, fmt.Errorf("egress jail: %w (the jail is fail-closed; nothing was started)", err)
+	}
+	// Unprivileged ICMP echo (ping sockets) is off in a new namespace;
+	// allow it for the caller's group, so ping works without a raw socket.
+	gid := os.Getgid()
+	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte(fmt.Sprintf("%d %d", gid, gid)), 0); err != nil {
+		_ = ch.send(message{Kind: msgWarning, Text: fmt.Sprintf("egress jail: ping will not work inside (%v)", err)})
+	}
+	if err := ch.send(message{Kind: msgRoutesLocked}); err != nil {
+		return 0, err
+	}
+	m, err := ch.recv()
+	if err != nil || m.Kind != msgAttached {
+		return 0, fmt.Errorf("the launcher did not attach the userstack (%v)", err)
+	}
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
+	initChan := os.NewFile(initChanFD, "init-channel")
+	fdChan := os.NewFile(ptyFD, "fd-channel")
+	cmd, err := stageCommand(start.CloneInit, os.Getuid(), os.Getgid(), []*os.File{initChan, fdChan}, os.Stdin, os.Stdout, os.Stderr)
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, explainCloneError(err)
+	}
+	initChan.Close()
+	fdChan.Close()
+	_ = ch.send(message{Kind: msgInitStarted, PID: cmd.Process.Pid})
+	go func() {
+		for s := range sigs {
+			_ = cmd.Process.Signal(s)
+		}
+	}()
+	go watchLauncher(ch)
+	_ = cmd.Wait()
+	return exitCode(cmd.ProcessState), nil
+}
+
+// stageCommand prepares the re-exec of this binary as a stage in new
+// namespaces, keeping the caller's uid and gid and carrying its
+// capabilities (valid only inside the new user namespace) across exec.
+// extra become fds 3, 4, ...
+func stageCommand(flags uintptr, uid, gid int, extra []*os.File, stdin, stdout, stderr *os.File) (*exec.Cmd, error) {
+	ambient, err := allCaps()
+	if err != nil {
+		return nil, fmt.Errorf("read the kernel's capability count: %w", err)
+	}
+	return &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       []string{stageMarker},
+		Env:        []string{},
+		Stdin:      stdin,
+		Stdout:     stdout,
+		Stderr:     stderr,
+		ExtraFiles: extra,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  flags,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+			// Required for an unprivileged caller to write gid_map.
+			GidMappingsEnableSetgroups: false,
+			AmbientCaps:                ambient,
+			Setsid:                     true,
+		},
+	}, nil
+}
+
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return ExitSetup
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	if !ok {
+		return ExitSetup
+	}
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
+	}
+	return ExitSetup
+}
+
+// sendFD passes fd over the SEQPACKET socket sock, tagged.
+func sendFD(sock int, tag byte, fd int) error {
+	return unix.Sendmsg(sock, []byte{tag}, unix.UnixRights(fd), nil, 0)
+}
+
+// receiveFD reads one tagged descriptor passed with SCM_RIGHTS.
+func receiveFD(sock *os.File) (byte, *os.File, error) {
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(int(sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return 0, nil, err
+	}
+	if n == 0 {
+		return 0, nil, errors.New("the stage ended before passing it")
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return 0, nil, fmt.Errorf("no descriptor received (%v)", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return 0, nil, fmt.Errorf("no descriptor received (%v)", err)
+	}
+	return buf[0], os.NewFile(uintptr(fds[0]), "passed-fd"), nil
+}

@@ -1,0 +1,41 @@
+package nsexec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// tunFixes is appended to every TUN failure: how to get the device, and
+// the documented way to run without the jail. The jail never falls back to
+// open egress by itself.
+const tunFixes = "run without the egress jail only on purpose: --net=host (for the Claude shadow: CLAUDE_SANDBOX_EGRESS_JAIL=0)"
+
+// openTUN creates the TUN link name in the current network namespace and
+// returns its fd (no packet-information header: raw IP packets).
+func openTUN(name string) (int, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENXIO), errors.Is(err, unix.ENODEV):
+			return -1, fmt.Errorf("egress jail: /dev/net/tun is missing (%v): load the module (modprobe tun), or in a container pass the device (docker run --device=/dev/net/tun); or %s", err, tunFixes)
+		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+			return -1, fmt.Errorf("egress jail: cannot open /dev/net/tun as uid %d (%v): most distributions ship it mode 0666 (chmod 0666 /dev/net/tun), or in a container pass it with --device=/dev/net/tun; or %s", os.Getuid(), err, tunFixes)
+		}
+		return -1, fmt.Errorf("egress jail: open /dev/net/tun: %v; %s", err, tunFixes)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(ifr))); e != 0 {
+		unix.Close(fd)
+		return -1, fmt.Errorf("egress jail: create TUN link %s: %v; %s", name, e, tunFixes)
+	}
+	return fd, nil
+}

@@ -1,0 +1,128 @@
+package routes
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Netlink is the production [Executor]: it applies operations with a
+// netlink handle bound to the network namespace that was current when
+// [OpenNetlink] was called.
+type Netlink struct {
+	h *netlink.Handle
+}
+
+// OpenNetlink opens a netlink handle in the calling thread's current
+// network namespace. Call it inside the jail's namespace.
+func OpenNetlink() (*Netlink, error) {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("routes: open netlink: %w", err)
+	}
+	return &Netlink{h: h}, nil
+}
+
+// Close releases the handle.
+func (n *Netlink) Close() { n.h.Close() }
+
+// Exec performs one operation.
+func (n *Netlink) Exec(op Op) error {
+	switch op.Kind {
+	case OpLinkUp:
+		l, err := n.h.LinkByName(op.Link)
+		if err != nil {
+			return err
+		}
+		return n.h.LinkSetUp(l)
+	case OpLinkConfig:
+		l, err := n.h.LinkByName(op.Link)
+		if err != nil {
+			return err
+		}
+		if err := n.h.LinkSetMTU(l, op.MTU); err != nil {
+			return fmt.Errorf("mtu: %w", err)
+		}
+		if err := n.h.LinkSetTxQLen(l, op.TxQueueLen); err != nil {
+			return fmt.Errorf("txqueuelen: %w", err)
+		}
+		// No link-local address means no fe80::/64 route that would be
+		// more specific than the fe80::/10 blackhole. Fails when IPv6 is
+		// off in the namespace, which is then harmless.
+		if err := n.h.LinkSetIP6AddrGenMode(l, addrGenModeNone); err != nil && !ipv6Off() {
+			return fmt.Errorf("addrgenmode: %w", err)
+		}
+		return nil
+	case OpAddrAdd:
+		l, err := n.h.LinkByName(op.Link)
+		if err != nil {
+			return err
+		}
+		return n.h.AddrAdd(l, netlinkAddr(op.Prefix))
+	default:
+		idx := 0
+		if op.Kind == OpDefault || op.Kind == OpPunch {
+			l, err := n.h.LinkByName(op.Link)
+			if err != nil {
+				return err
+			}
+			idx = l.Attrs().Index
+		}
+		r, err := netlinkRoute(op, idx)
+		if err != nil {
+			return err
+		}
+		return n.h.RouteAdd(r)
+	}
+}
+
+// addrGenModeNone is IN6_ADDR_GEN_MODE_NONE.
+const addrGenModeNone = 1
+
+func ipv6Off() bool {
+	b, err := readFile("/proc/sys/net/ipv6/conf/all/disable_ipv6")
+	return err != nil || (len(b) > 0 && b[0] == '1')
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// netlinkAddr is the address for OpAddrAdd: no prefix route, no DAD (a TUN
+// has no neighbours, and a tentative address would delay the first
+// connection).
+func netlinkAddr(p netip.Prefix) *netlink.Addr {
+	return &netlink.Addr{IPNet: ipNet(p), Flags: unix.IFA_F_NOPREFIXROUTE | unix.IFA_F_NODAD}
+}
+
+// netlinkRoute maps a route operation to a netlink route; linkIndex is the
+// TUN's index for routes via the TUN.
+func netlinkRoute(op Op, linkIndex int) (*netlink.Route, error) {
+	if !op.Prefix.IsValid() {
+		return nil, fmt.Errorf("invalid destination %v", op.Prefix)
+	}
+	r := &netlink.Route{Dst: ipNet(op.Prefix), Family: unix.AF_INET}
+	if op.Prefix.Addr().Is6() {
+		r.Family = unix.AF_INET6
+	}
+	switch op.Kind {
+	case OpBlackhole:
+		r.Type = unix.RTN_BLACKHOLE
+	case OpUnreachable:
+		r.Type = unix.RTN_UNREACHABLE
+	case OpDefault, OpPunch:
+		if linkIndex <= 0 {
+			return nil, fmt.Errorf("no link for %v", op.Prefix)
+		}
+		r.Type = unix.RTN_UNICAST
+		r.LinkIndex = linkIndex
+		// As ip(8) does for a route without a gateway.
+		r.Scope = netlink.SCOPE_LINK
+	default:
+		return nil, fmt.Errorf("not a route operation: %v", op.Kind)
+	}
+	return r, nil
+}

@@ -1,0 +1,213 @@
+package routes
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+)
+
+// Defaults for the TUN link.
+const (
+	// DefaultMTU is the largest MTU a TUN takes with gVisor's stack; large
+	// segments are what make the userspace path fast.
+	DefaultMTU = 65520
+	// DefaultTxQueueLen is long enough that bursts from the sandbox queue
+	// in the kernel instead of being dropped while the userstack catches up.
+	DefaultTxQueueLen = 10000
+)
+
+// OpKind is the kind of one setup operation.
+type OpKind uint8
+
+// Operation kinds, in plan order.
+const (
+	// OpLinkUp sets a link up (lo).
+	OpLinkUp OpKind = iota + 1
+	// OpLinkConfig sets the TUN's MTU and transmit queue length, and turns
+	// off IPv6 link-local address generation (no fe80::/64 route).
+	OpLinkConfig
+	// OpAddrAdd adds a host address to the TUN, without a prefix route.
+	OpAddrAdd
+	// OpBlackhole adds a blackhole route.
+	OpBlackhole
+	// OpUnreachable adds an unreachable route.
+	OpUnreachable
+	// OpDefault adds a default route via the TUN.
+	OpDefault
+	// OpPunch adds a route via the TUN that is more specific than a block.
+	OpPunch
+)
+
+// String names the kind.
+func (k OpKind) String() string {
+	switch k {
+	case OpLinkUp:
+		return "link-up"
+	case OpLinkConfig:
+		return "link-config"
+	case OpAddrAdd:
+		return "addr-add"
+	case OpBlackhole:
+		return "blackhole"
+	case OpUnreachable:
+		return "unreachable"
+	case OpDefault:
+		return "default"
+	case OpPunch:
+		return "punch"
+	}
+	return fmt.Sprintf("opkind(%d)", uint8(k))
+}
+
+// Op is one setup operation.
+type Op struct {
+	Kind OpKind
+	// Link is the link name (all kinds except blackhole and unreachable).
+	Link string
+	// Prefix is the address (OpAddrAdd) or route destination.
+	Prefix netip.Prefix
+	// MTU and TxQueueLen are set for OpLinkConfig.
+	MTU        int
+	TxQueueLen int
+	// Reason is the policy rule behind a route, for logs.
+	Reason string
+}
+
+// FailSoft reports whether a failure of the op is a warning rather than an
+// error: true only for punches.
+func (o Op) FailSoft() bool { return o.Kind == OpPunch }
+
+// String renders the op in the style of ip(8), e.g.
+// "route add blackhole 10.0.0.0/8" or "route add 10.1.2.3/32 dev tun0".
+func (o Op) String() string {
+	switch o.Kind {
+	case OpLinkUp:
+		return fmt.Sprintf("link set %s up", o.Link)
+	case OpLinkConfig:
+		return fmt.Sprintf("link set %s mtu %d txqueuelen %d addrgenmode none", o.Link, o.MTU, o.TxQueueLen)
+	case OpAddrAdd:
+		return fmt.Sprintf("addr add %s dev %s nodad noprefixroute", o.Prefix, o.Link)
+	case OpBlackhole:
+		return fmt.Sprintf("route add blackhole %s", o.Prefix)
+	case OpUnreachable:
+		return fmt.Sprintf("route add unreachable %s", o.Prefix)
+	case OpDefault, OpPunch:
+		return fmt.Sprintf("route add %s dev %s", o.Prefix, o.Link)
+	}
+	return fmt.Sprintf("%v %s %s", o.Kind, o.Link, o.Prefix)
+}
+
+// Plan is an ordered list of setup operations.
+type Plan struct {
+	Ops []Op
+}
+
+// String renders the plan one op per line, with the rule behind each route
+// as a comment and fail-soft ops marked, e.g.
+//
+//	route add blackhole 10.0.0.0/8  # private range 10.0.0.0/8
+//	route add 10.1.2.3/32 dev tun0  # allow-ip 10.1.2.3 [fail-soft]
+func (p Plan) String() string {
+	var sb strings.Builder
+	for _, op := range p.Ops {
+		sb.WriteString(op.String())
+		var notes []string
+		if op.Reason != "" {
+			notes = append(notes, op.Reason)
+		}
+		if op.FailSoft() {
+			notes = append(notes, "[fail-soft]")
+		}
+		if len(notes) > 0 {
+			sb.WriteString("  # ")
+			sb.WriteString(strings.Join(notes, " "))
+		}
+		sb.WriteByte('\n')
+	}
+	return sb.String()
+}
+
+// Config says how the jail's links are named and addressed.
+type Config struct {
+	// TUN is the name of the TUN link (required).
+	TUN string
+	// MTU defaults to DefaultMTU, TxQueueLen to DefaultTxQueueLen.
+	MTU        int
+	TxQueueLen int
+	// Addr4 is the jail's IPv4 address, a /32 (required).
+	Addr4 netip.Prefix
+	// Addr6 is the jail's IPv6 address, a /128. Without it the jail has
+	// no IPv6 egress (no default route or punches), but IPv6 blocks are
+	// still installed.
+	Addr6 netip.Prefix
+	// DisableIPv6 leaves out every IPv6 operation. Use it only when IPv6
+	// is off in the namespace (net.ipv6.conf.all.disable_ipv6=1), where no
+	// IPv6 route can carry a packet.
+	DisableIPv6 bool
+}
+
+// BuildPlan computes the setup of the jail's namespace from the policy. It
+// fails on a config that would be unsafe or unusable: no TUN name, an
+// address that is not a host address (its prefix route could shadow a
+// blackhole), or an address of the wrong family.
+func BuildPlan(pol *netpolicy.Policy, cfg Config) (Plan, error) {
+	if pol == nil {
+		return Plan{}, fmt.Errorf("routes: no policy")
+	}
+	if cfg.TUN == "" || strings.ContainsAny(cfg.TUN, "/ \t\n") || len(cfg.TUN) > 15 {
+		return Plan{}, fmt.Errorf("routes: invalid TUN link name %q", cfg.TUN)
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = DefaultMTU
+	}
+	if cfg.TxQueueLen == 0 {
+		cfg.TxQueueLen = DefaultTxQueueLen
+	}
+	if cfg.MTU < 1280 || cfg.MTU > DefaultMTU {
+		return Plan{}, fmt.Errorf("routes: MTU %d out of range 1280..%d", cfg.MTU, DefaultMTU)
+	}
+	if cfg.TxQueueLen < 0 {
+		return Plan{}, fmt.Errorf("routes: negative txqueuelen %d", cfg.TxQueueLen)
+	}
+	if !cfg.Addr4.IsValid() || !cfg.Addr4.Addr().Is4() || !cfg.Addr4.IsSingleIP() {
+		return Plan{}, fmt.Errorf("routes: the TUN's IPv4 address must be a /32, got %v", cfg.Addr4)
+	}
+	v6 := !cfg.DisableIPv6 && cfg.Addr6.IsValid()
+	if cfg.Addr6.IsValid() && (!cfg.Addr6.Addr().Is6() || cfg.Addr6.Addr().Is4In6() || !cfg.Addr6.IsSingleIP() || cfg.Addr6.Addr().Zone() != "") {
+		return Plan{}, fmt.Errorf("routes: the TUN's IPv6 address must be a /128, got %v", cfg.Addr6)
+	}
+	ops := []Op{
+		{Kind: OpLinkUp, Link: "lo"},
+		{Kind: OpLinkConfig, Link: cfg.TUN, MTU: cfg.MTU, TxQueueLen: cfg.TxQueueLen},
+		{Kind: OpAddrAdd, Link: cfg.TUN, Prefix: cfg.Addr4},
+	}
+	if v6 {
+		ops = append(ops, Op{Kind: OpAddrAdd, Link: cfg.TUN, Prefix: cfg.Addr6})
+	}
+	ops = append(ops, Op{Kind: OpLinkUp, Link: cfg.TUN})
+	entries := pol.RoutePlan()
+	for _, e := range entries {
+		if e.Prefix.Addr().Is6() && cfg.DisableIPv6 {
+			continue
+		}
+		switch e.Kind {
+		case netpolicy.RouteBlackhole:
+			ops = append(ops, Op{Kind: OpBlackhole, Prefix: e.Prefix, Reason: e.Reason})
+		case netpolicy.RouteUnreachable:
+			ops = append(ops, Op{Kind: OpUnreachable, Prefix: e.Prefix, Reason: e.Reason})
+		}
+	}
+	ops = append(ops, Op{Kind: OpDefault, Link: cfg.TUN, Prefix: netip.PrefixFrom(netip.IPv4Unspecified(), 0)})
+	if v6 {
+		ops = append(ops, Op{Kind: OpDefault, Link: cfg.TUN, Prefix: netip.PrefixFrom(netip.IPv6Unspecified(), 0)})
+	}
+	for _, e := range entries {
+		if e.Kind != netpolicy.RoutePunch || (e.Prefix.Addr().Is6() && !v6) {
+			continue
+		}
+		ops = append(ops, Op{Kind: OpPunch, Link: cfg.TUN, Prefix: e.Prefix, Reason: e.Reason})
+	}
+	return Plan{Ops: ops}, nil
+}

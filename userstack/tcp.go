@@ -1,0 +1,130 @@
+package userstack
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+)
+
+// handleTCP decides a new TCP connection. It runs on the packet path, so
+// it never blocks: the dial happens in a goroutine. Every path ends in
+// exactly one req.Complete.
+func (st *Stack) handleTCP(req *tcp.ForwarderRequest) {
+	id := req.ID()
+	dst := netip.AddrPortFrom(toAddr(id.LocalAddress), id.LocalPort)
+	target, ok := st.tcpTarget(dst)
+	if !ok {
+		req.Complete(true) // RST: the caller sees "connection refused" at once
+		return
+	}
+	st.mu.Lock()
+	closed := st.closed
+	if !closed {
+		st.wg.Add(1)
+	}
+	st.mu.Unlock()
+	if closed {
+		req.Complete(true)
+		return
+	}
+	go func() {
+		defer st.wg.Done()
+		st.forwardTCP(req, target)
+	}()
+}
+
+// tcpTarget returns where a connection to dst goes: the upstream resolver
+// for port 53 of a local address, dst itself when the policy allows it. It
+// records a Block for a refused destination.
+func (st *Stack) tcpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
+	if st.isLocal(dst.Addr()) {
+		if dst.Port() == netpolicy.DNSPort {
+			return st.upstream()
+		}
+		st.block(netpolicy.ProtoTCP, dst, "local address, not a DNS port")
+		return netip.AddrPort{}, false
+	}
+	if v := st.cfg.Policy.Check(netpolicy.ProtoTCP, dst); !v.Allowed {
+		st.block(netpolicy.ProtoTCP, dst, v.Rule)
+		return netip.AddrPort{}, false
+	}
+	return dst, true
+}
+
+// forwardTCP dials the target first, so that a refused or unreachable
+// destination gives the sandbox a RST instead of an accepted connection
+// that then closes; then it completes the handshake and splices.
+func (st *Stack) forwardTCP(req *tcp.ForwarderRequest, target netip.AddrPort) {
+	ctx, cancel := context.WithTimeout(st.ctx, st.cfg.DialTimeout)
+	out, err := st.cfg.Dialer.DialContext(ctx, "tcp", target.String())
+	cancel()
+	if err != nil {
+		st.cfg.Logf("userstack: dial tcp %s: %v", target, err)
+		req.Complete(true)
+		return
+	}
+	if st.ctx.Err() != nil {
+		// Closing: a handshake on a closed stack would only time out.
+		out.Close()
+		req.Complete(true)
+		return
+	}
+	var wq waiter.Queue
+	ep, terr := req.CreateEndpoint(&wq)
+	if terr != nil {
+		// The sandbox side went away (or the handshake failed).
+		req.Complete(true)
+		out.Close()
+		return
+	}
+	req.Complete(false)
+	// Keepalives notice a sandbox peer that vanished without a FIN.
+	ep.SocketOptions().SetKeepAlive(true)
+	in := gonet.NewTCPConn(&wq, ep)
+	if !st.track(in, out) {
+		return
+	}
+	defer st.untrack(in, out)
+	splice(in, out)
+}
+
+type closeWriter interface{ CloseWrite() error }
+
+// splice copies both ways until both directions are done. An EOF in one
+// direction is passed on as a half-close (CloseWrite) so that protocols
+// that shut down their sending side first keep working; an error in either
+// direction tears both down. Both conns are closed on return.
+func splice(a, b net.Conn) {
+	errc := make(chan error, 2)
+	cp := func(dst, src net.Conn) {
+		buf := make([]byte, relayBufferSize)
+		_, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
+		if err == nil {
+			if cw, ok := dst.(closeWriter); ok {
+				if cw.CloseWrite() != nil {
+					dst.Close()
+				}
+			} else {
+				dst.Close()
+			}
+		}
+		errc <- err
+	}
+	go cp(a, b)
+	go cp(b, a)
+	if first := <-errc; first != nil {
+		// A reset or closed side: unblock the other direction now.
+		a.Close()
+		b.Close()
+	}
+	<-errc
+	a.Close()
+	b.Close()
+}
