@@ -508,7 +508,9 @@ func TestKilledLauncherLeavesNothing(t *testing.T) {
 		mountsBefore := mountCount(t)
 		tmpBefore, _ := filepath.Glob(os.TempDir() + "/*")
 		token := fmt.Sprintf("leftover-%d-%d", s.uid, time.Now().UnixNano())
-		cmd := s.cmd("--", "/bin/sh", "-c", "sleep 1000 & sleep 1000 & echo ready; exec sleep 1000 # "+token)
+		// The token is the shell's $0, so its command line carries it for
+		// as long as it runs; its two children run a distinctive sleep.
+		cmd := s.cmd("--", "/bin/sh", "-c", "sleep 1313 & sleep 1313 & echo ready; while :; do sleep 1; done", token)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -528,13 +530,16 @@ func TestKilledLauncherLeavesNothing(t *testing.T) {
 		var left []string
 		for i := 0; i < 250; i++ {
 			left = processesWith(token)
-			if len(left) == 0 && len(processesWith("claude-sandbox:stage")) == 0 {
+			if len(left) == 0 && len(processesWith("sleep\x001313")) == 0 {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 		if len(left) > 0 {
 			t.Errorf("sandbox processes outlived the killed launcher: %v", left)
+		}
+		if children := processesWith("sleep\x001313"); len(children) > 0 {
+			t.Errorf("the sandbox's background processes outlived the launcher: %v", children)
 		}
 		if n := mountCount(t); n != mountsBefore {
 			t.Errorf("host mount table changed: %d mounts before, %d after", mountsBefore, n)

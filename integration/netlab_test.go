@@ -51,6 +51,9 @@ const (
 	labMetadata = "169.254.169.254"
 	labPeer     = "192.0.2.1" // on the host's connected subnet
 	labHostAddr = "192.0.2.2"
+	// labGateway is the jail's own gateway: the host sits on 192.0.2.0/24,
+	// so the jail must pick its addresses from the next candidate range.
+	labGateway = "198.51.100.1"
 )
 
 func ip(t *testing.T, args ...string) {
@@ -290,7 +293,17 @@ func dnsAnswer(q []byte) ([]byte, error) {
 // lab's host namespace, as uid, with a /dev/net/tun usable by that uid
 // (mode 0666, as most distributions ship it) in a private mount namespace.
 func (l *lab) jailCmd(uid int, bin string, args ...string) *exec.Cmd {
-	inner := fmt.Sprintf("mount -t tmpfs none /dev/net && mknod -m 666 /dev/net/tun c 10 200 && exec setpriv --reuid=%d --regid=%d --clear-groups -- \"$@\"", uid, uid)
+	return l.jailCmdTUN(uid, true, bin, args...)
+}
+
+// jailCmdTUN is jailCmd where withTUN=false leaves /dev/net/tun missing, as
+// on a host without the tun module or a container without the device.
+func (l *lab) jailCmdTUN(uid int, withTUN bool, bin string, args ...string) *exec.Cmd {
+	mk := "mknod -m 666 /dev/net/tun c 10 200"
+	if !withTUN {
+		mk = "true"
+	}
+	inner := fmt.Sprintf("mount -t tmpfs none /dev/net && %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- \"$@\"", mk, uid, uid)
 	argv := append([]string{"netns", "exec", l.host, "sh", "-c", inner, "sh", bin}, args...)
 	cmd := exec.Command("ip", argv...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/"}

@@ -78,3 +78,17 @@ func dupCloexec(f *os.File) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), "tun"), nil
 }
+
+// dupNonblock duplicates f as a non-blocking descriptor, so reads go
+// through Go's poller and Close interrupts a pending Read.
+func dupNonblock(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "sink"), nil
+}

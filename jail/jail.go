@@ -39,6 +39,7 @@ type Jail struct {
 	mu     sync.Mutex
 	stack  *userstack.Stack
 	tun    *os.File
+	sink   *os.File
 	tally  netpolicy.Tally
 	log    *netpolicy.JSONLWriter
 	failed chan error
@@ -54,6 +55,10 @@ func New(setup *Setup, opts Options) *Jail {
 	return j
 }
 
+// Devices are the TUN links the engine creates: the egress device, then
+// the sink for blocked ranges.
+func (j *Jail) Devices() []string { return []string{TUN, SinkDevice} }
+
 // Routes is the plan the engine applies in the jail's namespace.
 func (j *Jail) Routes() routes.Plan { return j.setup.Routes }
 
@@ -67,14 +72,23 @@ func (j *Jail) fail(err error) {
 	}
 }
 
-// Attach builds the userstack on the TUN device.
-func (j *Jail) Attach(tun *os.File) error {
-	// The engine closes its copy after Attach: keep our own.
-	fd, err := dupCloexec(tun)
+// Attach builds the userstack on the egress device and starts the sink's
+// reader.
+func (j *Jail) Attach(devs []*os.File) error {
+	if len(devs) != 2 {
+		return fmt.Errorf("want the egress and sink devices, got %d", len(devs))
+	}
+	// The engine closes its copies after Attach: keep our own.
+	sinkDev, err := dupNonblock(devs[1])
 	if err != nil {
 		return err
 	}
-	j.tun = fd
+	fd, err := dupCloexec(devs[0])
+	if err != nil {
+		sinkDev.Close()
+		return err
+	}
+	j.tun, j.sink = fd, sinkDev
 	ep, err := fdbased.New(&fdbased.Options{
 		FDs: []int{int(fd.Fd())},
 		MTU: uint32(routes.DefaultMTU),
@@ -110,11 +124,14 @@ func (j *Jail) Attach(tun *os.File) error {
 	})
 	if err != nil {
 		fd.Close()
+		sinkDev.Close()
 		return err
 	}
 	j.mu.Lock()
 	j.stack = st
 	j.mu.Unlock()
+	sk := &sink{dev: sinkDev, pol: j.setup.Policy, record: j.record}
+	go sk.run()
 	return nil
 }
 
@@ -148,6 +165,9 @@ func (j *Jail) Close() {
 		}
 		if j.tun != nil {
 			j.tun.Close()
+		}
+		if j.sink != nil {
+			j.sink.Close()
 		}
 		if j.opts.Summary != nil {
 			j.mu.Lock()

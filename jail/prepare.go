@@ -100,7 +100,7 @@ func Prepare(facts HostFacts, allow []netip.Prefix) (*Setup, error) {
 		return nil, fmt.Errorf("egress policy: %w", err)
 	}
 	s.Policy = pol
-	rp, err := routes.BuildPlan(pol, routes.Config{TUN: TUN, Addr4: s.Addr4, Addr6: s.Addr6})
+	rp, err := routes.BuildPlan(pol, routes.Config{TUN: TUN, Sink: SinkDevice, Addr4: s.Addr4, Addr6: s.Addr6})
 	if err != nil {
 		return nil, err
 	}

@@ -61,7 +61,7 @@ func TestPrepareAddresses(t *testing.T) {
 			}
 			// Both layers come from the same policy: the route plan
 			// blocks what the policy blocks.
-			if !strings.Contains(s.Routes.String(), "route add unreachable 10.0.0.0/8") {
+			if !strings.Contains(s.Routes.String(), "route add 10.0.0.0/8 dev blk0") {
 				t.Errorf("route plan lacks the private range:\n%s", s.Routes)
 			}
 			if v := s.Policy.Check(netpolicy.ProtoTCP, netip.MustParseAddrPort("10.1.2.3:22")); v.Allowed {

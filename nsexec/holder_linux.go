@@ -22,15 +22,13 @@ import (
 //	launcher --clone(NEWUSER|NEWNET)--> holder --clone(NEWUSER|NEWNS|...)--> init
 //
 // Order (each step must succeed, or the launch stops):
-//  1. open /dev/net/tun, create the TUN link, pass its fd to the launcher;
+//  1. open /dev/net/tun, create the jail's TUN links (the egress device and
+//     the sink for blocked ranges), pass their fds to the launcher;
 //  2. apply the route plan: lo up, TUN addressed and up, blackholes,
 //     unreachables, default route and punches (punch failures are warnings);
 //  3. wait until the launcher says the userstack is attached;
 //  4. start init, hand it the launcher's channels, forward signals to it,
 //     and exit with its status.
-
-// tunName is the jail's TUN link inside the namespace.
-const tunName = "tun0"
 
 // initChanFD is where the holder receives the launcher's channel for init;
 // it becomes init's stageFD.
@@ -67,14 +65,19 @@ func holder(ch *channel, start message) (int, error) {
 	if start.Routes == nil {
 		return 0, errors.New("holder started without a route plan")
 	}
-	tun, err := openTUN(tunName)
-	if err != nil {
-		return 0, err
+	if len(start.Devices) == 0 {
+		return 0, errors.New("holder started without a TUN device to create")
 	}
-	err = sendFD(ptyFD, fdTagTUN, tun)
-	unix.Close(tun)
-	if err != nil {
-		return 0, fmt.Errorf("pass the TUN device to the launcher: %w", err)
+	for _, name := range start.Devices {
+		tun, err := openTUN(name)
+		if err != nil {
+			return 0, err
+		}
+		err = sendFD(ptyFD, fdTagTUN, tun)
+		unix.Close(tun)
+		if err != nil {
+			return 0, fmt.Errorf("pass the TUN device to the launcher: %w", err)
+		}
 	}
 	nl, err := routes.OpenNetlink()
 	if err != nil {

@@ -31,12 +31,15 @@ const (
 // creates the namespace and the device and applies Routes in it; the Jail
 // decides what the traffic may reach.
 type Jail interface {
+	// Devices names the TUN links to create in the jail's namespace.
+	Devices() []string
 	// Routes is the route plan applied inside the jail's namespace before
 	// anything runs there.
 	Routes() routes.Plan
-	// Attach starts serving tun. When it returns nil the stack is
-	// attached, and only then is the sandbox started.
-	Attach(tun *os.File) error
+	// Attach starts serving the devices, in the order Devices named them.
+	// When it returns nil the stack is attached, and only then is the
+	// sandbox started.
+	Attach(devs []*os.File) error
 	// Failed delivers a fatal error of the stack; the sandbox is killed.
 	Failed() <-chan error
 	// Close stops the stack, after the sandbox has ended.
@@ -242,7 +245,8 @@ func (l *launch) startHolder() (int, error) {
 	hch := newChannel(holderParent)
 	rp := o.Jail.Routes()
 	initFlags := initCloneFlags(p)
-	if err := hch.send(message{Kind: msgStart, Stage: "holder", Routes: &rp, CloneInit: initFlags}); err != nil {
+	devices := o.Jail.Devices()
+	if err := hch.send(message{Kind: msgStart, Stage: "holder", Routes: &rp, Devices: devices, CloneInit: initFlags}); err != nil {
 		return l.abort(fmt.Errorf("start the jail: %w", err))
 	}
 	// The holder's error, if it fails, arrives on its channel; the TUN fd
@@ -263,11 +267,19 @@ func (l *launch) startHolder() (int, error) {
 		}
 		return l.abort(fallback)
 	}
-	tag, tun, err := receiveFD(l.fdParent)
-	if err != nil || tag != fdTagTUN {
-		return holderFailed(fmt.Errorf("egress jail: no TUN device from the holder (%v)", err))
+	var tuns []*os.File
+	defer func() {
+		for _, f := range tuns {
+			f.Close()
+		}
+	}()
+	for range devices {
+		tag, tun, err := receiveFD(l.fdParent)
+		if err != nil || tag != fdTagTUN {
+			return holderFailed(fmt.Errorf("egress jail: no TUN device from the holder (%v)", err))
+		}
+		tuns = append(tuns, tun)
 	}
-	defer tun.Close()
 	for {
 		m, err := hch.recv()
 		if err != nil {
@@ -285,7 +297,7 @@ func (l *launch) startHolder() (int, error) {
 			break
 		}
 	}
-	if err := o.Jail.Attach(tun); err != nil {
+	if err := o.Jail.Attach(tuns); err != nil {
 		return l.abort(fmt.Errorf("egress jail: the userstack cannot attach to the TUN device: %v; %s", err, tunFixes))
 	}
 	l.attached = true

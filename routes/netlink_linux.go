@@ -64,7 +64,7 @@ func (n *Netlink) Exec(op Op) error {
 		return n.h.AddrAdd(l, netlinkAddr(op.Prefix))
 	default:
 		idx := 0
-		if op.Kind == OpDefault || op.Kind == OpPunch {
+		if op.Kind == OpDefault || op.Kind == OpPunch || op.Kind == OpSink {
 			l, err := n.h.LinkByName(op.Link)
 			if err != nil {
 				return err
@@ -113,7 +113,7 @@ func netlinkRoute(op Op, linkIndex int) (*netlink.Route, error) {
 		r.Type = unix.RTN_BLACKHOLE
 	case OpUnreachable:
 		r.Type = unix.RTN_UNREACHABLE
-	case OpDefault, OpPunch:
+	case OpDefault, OpPunch, OpSink:
 		if linkIndex <= 0 {
 			return nil, fmt.Errorf("no link for %v", op.Prefix)
 		}

@@ -38,6 +38,10 @@ const (
 	OpDefault
 	// OpPunch adds a route via the TUN that is more specific than a block.
 	OpPunch
+	// OpSink routes a blocked range to the sink device: nothing read from
+	// it is ever forwarded; its reader only records the attempt and
+	// answers with a refusal. Fail-closed, like the other blocks.
+	OpSink
 )
 
 // String names the kind.
@@ -57,6 +61,8 @@ func (k OpKind) String() string {
 		return "default"
 	case OpPunch:
 		return "punch"
+	case OpSink:
+		return "sink"
 	}
 	return fmt.Sprintf("opkind(%d)", uint8(k))
 }
@@ -93,7 +99,7 @@ func (o Op) String() string {
 		return fmt.Sprintf("route add blackhole %s", o.Prefix)
 	case OpUnreachable:
 		return fmt.Sprintf("route add unreachable %s", o.Prefix)
-	case OpDefault, OpPunch:
+	case OpDefault, OpPunch, OpSink:
 		return fmt.Sprintf("route add %s dev %s", o.Prefix, o.Link)
 	}
 	return fmt.Sprintf("%v %s %s", o.Kind, o.Link, o.Prefix)
@@ -146,6 +152,11 @@ type Config struct {
 	// is off in the namespace (net.ipv6.conf.all.disable_ipv6=1), where no
 	// IPv6 route can carry a packet.
 	DisableIPv6 bool
+	// Sink, when set, names a second TUN link that blocked ranges are
+	// routed to instead of unreachable routes. Its reader never forwards:
+	// it records each attempt and refuses it at once (a RST, an ICMP
+	// unreachable), so blocks the kernel layer stops are still recorded.
+	Sink string
 }
 
 // BuildPlan computes the setup of the jail's namespace from the policy. It
@@ -187,15 +198,23 @@ func BuildPlan(pol *netpolicy.Policy, cfg Config) (Plan, error) {
 		ops = append(ops, Op{Kind: OpAddrAdd, Link: cfg.TUN, Prefix: cfg.Addr6})
 	}
 	ops = append(ops, Op{Kind: OpLinkUp, Link: cfg.TUN})
+	if cfg.Sink != "" {
+		if cfg.Sink == cfg.TUN || strings.ContainsAny(cfg.Sink, "/ \t\n") || len(cfg.Sink) > 15 {
+			return Plan{}, fmt.Errorf("routes: invalid sink link name %q", cfg.Sink)
+		}
+		ops = append(ops, Op{Kind: OpLinkConfig, Link: cfg.Sink, MTU: cfg.MTU, TxQueueLen: cfg.TxQueueLen}, Op{Kind: OpLinkUp, Link: cfg.Sink})
+	}
 	entries := pol.RoutePlan()
 	for _, e := range entries {
 		if e.Prefix.Addr().Is6() && cfg.DisableIPv6 {
 			continue
 		}
-		switch e.Kind {
-		case netpolicy.RouteBlackhole:
+		switch {
+		case cfg.Sink != "" && (e.Kind == netpolicy.RouteBlackhole || e.Kind == netpolicy.RouteUnreachable):
+			ops = append(ops, Op{Kind: OpSink, Link: cfg.Sink, Prefix: e.Prefix, Reason: e.Reason})
+		case e.Kind == netpolicy.RouteBlackhole:
 			ops = append(ops, Op{Kind: OpBlackhole, Prefix: e.Prefix, Reason: e.Reason})
-		case netpolicy.RouteUnreachable:
+		case e.Kind == netpolicy.RouteUnreachable:
 			ops = append(ops, Op{Kind: OpUnreachable, Prefix: e.Prefix, Reason: e.Reason})
 		}
 	}

@@ -61,6 +61,8 @@ func TestBuildPlanGolden(t *testing.T) {
 	noV6.DisableIPv6 = true
 	custom := baseCfg
 	custom.MTU, custom.TxQueueLen, custom.TUN = 9000, 500, "jail0"
+	sink := baseCfg
+	sink.Sink = "blk0"
 	tests := []struct {
 		name string
 		pol  *netpolicy.Policy
@@ -71,6 +73,7 @@ func TestBuildPlanGolden(t *testing.T) {
 		{"full-no-ipv6-address", full, noV6Addr},
 		{"full-ipv6-disabled", full, noV6},
 		{"custom-link", netpolicy.MustNew(netpolicy.Config{}), custom},
+		{"full-sink", full, sink},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -291,5 +294,42 @@ func TestOpStrings(t *testing.T) {
 		if strings.HasPrefix(k.String(), "opkind") {
 			t.Errorf("kind %d has no name", k)
 		}
+	}
+}
+
+// With a sink, every block is a fail-closed route to the sink link, set
+// up before any route uses it; nothing is left unreachable or punched to
+// the sink.
+func TestSinkPlan(t *testing.T) {
+	cfg := baseCfg
+	cfg.Sink = "blk0"
+	p, err := BuildPlan(netpolicy.MustNew(netpolicy.Config{Allow: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32")}}), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinkUp := -1
+	sinks := 0
+	for i, op := range p.Ops {
+		switch {
+		case op.Kind == OpLinkUp && op.Link == "blk0":
+			sinkUp = i
+		case op.Kind == OpSink:
+			sinks++
+			if sinkUp < 0 || op.Link != "blk0" || op.FailSoft() {
+				t.Errorf("op %d %q: sink route before the sink is up, or fail-soft", i, op)
+			}
+		case op.Kind == OpUnreachable || op.Kind == OpBlackhole:
+			t.Errorf("op %q: a block that is not a sink route", op)
+		case op.Kind == OpPunch && op.Link != cfg.TUN:
+			t.Errorf("punch %q not via the TUN", op)
+		}
+	}
+	if sinks < 10 {
+		t.Errorf("%d sink routes, want every block", sinks)
+	}
+	bad := cfg
+	bad.Sink = cfg.TUN
+	if _, err := BuildPlan(netpolicy.MustNew(netpolicy.Config{}), bad); err == nil {
+		t.Error("a sink equal to the TUN must be refused")
 	}
 }

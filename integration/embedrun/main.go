@@ -1,25 +1,41 @@
 // Command embedrun is a test helper that embeds the engine the way a Go
-// program would: it reads a plan.Plan as JSON from the file named by its
-// first argument and runs it with nsexec.Run. Tests use it to apply plans
-// the command line cannot express. It is never shipped.
+// program would: it reads a plan.Plan as JSON from a file and runs it with
+// nsexec.Run, with the egress jail assembled by package jail when the plan
+// asks for it. Tests use it to apply plans the command line cannot express
+// and to take one enforcement layer of the jail away, to prove that the
+// other blocks alone. It is never shipped, and the shipped binary has no
+// such switch.
+//
+//	embedrun [-layer=both|routes-only|stack-only] [-fail-stack-on-usr1] PLAN.json
 package main
 
 import (
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"net/netip"
 	"os"
+	"os/signal"
+	"syscall"
 
+	"github.com/claude-sandbox/claude-sandbox/jail"
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/plan"
+	"github.com/claude-sandbox/claude-sandbox/routes"
 )
 
 func main() {
 	nsexec.Init()
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: embedrun PLAN.json")
+	layer := flag.String("layer", "both", "which jail layers enforce: both, routes-only, stack-only")
+	failOnUSR1 := flag.Bool("fail-stack-on-usr1", false, "report a userstack failure when SIGUSR1 arrives")
+	flag.Parse()
+	if flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: embedrun [flags] PLAN.json")
 		os.Exit(2)
 	}
-	b, err := os.ReadFile(os.Args[1])
+	b, err := os.ReadFile(flag.Arg(0))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "embedrun:", err)
 		os.Exit(2)
@@ -29,9 +45,83 @@ func main() {
 		fmt.Fprintln(os.Stderr, "embedrun:", err)
 		os.Exit(2)
 	}
-	code, err := nsexec.Run(&p, nsexec.Options{})
+	opts := nsexec.Options{}
+	if p.Net == plan.NetJail {
+		facts, err := jail.DiscoverHost("/etc/resolv.conf")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "embedrun:", err)
+			os.Exit(2)
+		}
+		var allow []netip.Prefix
+		if p.Egress != nil {
+			allow = p.Egress.Allow
+		}
+		setup, err := jail.Prepare(facts, allow)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "embedrun:", err)
+			os.Exit(2)
+		}
+		p.Mounts = append(p.Mounts, setup.ResolvConf)
+		jo := jail.Options{Summary: os.Stderr}
+		switch *layer {
+		case "both":
+		case "routes-only":
+			jo.Policy = allowAll(setup.Policy)
+		case "stack-only":
+			setup.Routes = withoutBlocks(setup.Routes)
+		default:
+			fmt.Fprintln(os.Stderr, "embedrun: unknown -layer", *layer)
+			os.Exit(2)
+		}
+		var j nsexec.Jail = jail.New(setup, jo)
+		if *failOnUSR1 {
+			j = &failingJail{Jail: j.(*jail.Jail), fail: make(chan error, 1)}
+		}
+		opts.Jail = j
+	}
+	code, err := nsexec.Run(&p, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "embedrun:", err)
 	}
 	os.Exit(code)
+}
+
+// allowAll returns a policy that allows every prefix pol blocks (an allow
+// entry wins a tie with a block of the same prefix).
+func allowAll(pol *netpolicy.Policy) *netpolicy.Policy {
+	var allow []netip.Prefix
+	for _, e := range pol.RoutePlan() {
+		if e.Kind != netpolicy.RoutePunch {
+			allow = append(allow, e.Prefix)
+		}
+	}
+	return netpolicy.MustNew(netpolicy.Config{Allow: allow})
+}
+
+// withoutBlocks drops every blocking route from the plan.
+func withoutBlocks(rp routes.Plan) routes.Plan {
+	var out routes.Plan
+	for _, op := range rp.Ops {
+		if op.Kind != routes.OpBlackhole && op.Kind != routes.OpUnreachable && op.Kind != routes.OpSink {
+			out.Ops = append(out.Ops, op)
+		}
+	}
+	return out
+}
+
+// failingJail reports a stack failure on SIGUSR1, as a dying userstack
+// would.
+type failingJail struct {
+	*jail.Jail
+	fail chan error
+}
+
+func (f *failingJail) Failed() <-chan error {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	go func() {
+		<-sig
+		f.fail <- errors.New("simulated userstack failure")
+	}()
+	return f.fail
 }

@@ -9,14 +9,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
 	"fmt"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/net/icmp"
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
 	"os"
 	"os/exec"
 	"strconv"
@@ -160,7 +158,7 @@ func run(cmd string, args []string) error {
 		}
 		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: mustCIDR(args[0])})
 	case "route-del":
-		return netlink.RouteDel(&netlink.Route{Dst: mustCIDR(args[0]), Type: unix.RTN_BLACKHOLE})
+		return netlink.RouteDel(&netlink.Route{Dst: mustCIDR(args[0]), Type: unix.RTN_UNREACHABLE})
 	case "link-add":
 		return netlink.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}})
 	case "nested":
@@ -185,41 +183,51 @@ func run(cmd string, args []string) error {
 	return fmt.Errorf("unknown probe %q", cmd)
 }
 
-// ping sends ICMP echo requests from an unprivileged ping socket.
+// ping sends ICMP echo requests from a connected, unprivileged ping
+// socket: connected, so an ICMP error (a refusal) is reported as the
+// socket's error instead of being ignored.
 func ping(addr string) error {
-	dst := net.ParseIP(addr)
-	network, proto := "udp4", 1
-	var echoType icmp.Type = ipv4.ICMPTypeEcho
-	if dst.To4() == nil {
-		network, proto, echoType = "udp6", 58, ipv6.ICMPTypeEchoRequest
-	}
-	c, err := icmp.ListenPacket(network, "")
+	dst, err := netip.ParseAddr(addr)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	msg, _ := (&icmp.Message{Type: echoType, Body: &icmp.Echo{ID: 1, Seq: 1, Data: []byte("probe")}}).Marshal(nil)
+	family, proto, reqType := unix.AF_INET, unix.IPPROTO_ICMP, byte(8)
+	var sa unix.Sockaddr = &unix.SockaddrInet4{Addr: dst.As4()}
+	if dst.Is6() {
+		family, proto, reqType = unix.AF_INET6, unix.IPPROTO_ICMPV6, 128
+		sa = &unix.SockaddrInet6{Addr: dst.As16()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, sa); err != nil {
+		return err
+	}
+	tv := unix.Timeval{Sec: 1}
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return err
+	}
+	// type, code, checksum (the kernel fills it in for ping sockets), id
+	// (the kernel's), sequence, then data.
+	msg := []byte{reqType, 0, 0, 0, 0, 0, 0, 1, 'p', 'r', 'o', 'b', 'e'}
 	buf := make([]byte, 1500)
 	for try := 0; try < 3; try++ {
-		if _, err := c.WriteTo(msg, &net.UDPAddr{IP: dst}); err != nil {
+		if _, err := unix.Write(fd, msg); err != nil {
 			return err
 		}
-		_ = c.SetReadDeadline(time.Now().Add(time.Second))
-		n, _, err := c.ReadFrom(buf)
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EAGAIN {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		m, err := icmp.ParseMessage(proto, buf[:n])
-		if err != nil {
-			return err
-		}
-		if m.Type == ipv4.ICMPTypeEchoReply || m.Type == ipv6.ICMPTypeEchoReply {
+		if n > 0 && (buf[0] == 0 || buf[0] == 129) { // echo reply
 			return nil
 		}
-		return fmt.Errorf("icmp %v", m.Type)
+		return fmt.Errorf("icmp type %d", buf[0])
 	}
 	return errors.New("timeout")
 }

@@ -1,0 +1,185 @@
+package jail
+
+import (
+	"net/netip"
+	"os"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+)
+
+// SinkDevice is the jail's second TUN link: every blocked range is routed
+// to it (routes.Config.Sink), so the kernel layer keeps blocked traffic
+// away from the egress stack on its own. The sink's reader forwards
+// nothing: it records each attempt and refuses it at once, a TCP RST or an
+// ICMP unreachable, so the caller sees "connection refused" rather than a
+// hang, and the block shows in the log and summary.
+const SinkDevice = "blk0"
+
+// sink reads and refuses what the kernel routes to the sink device.
+type sink struct {
+	dev    *os.File
+	pol    *netpolicy.Policy
+	record func(netpolicy.Block)
+}
+
+func (s *sink) run() {
+	buf := make([]byte, 65536)
+	for {
+		n, err := s.dev.Read(buf)
+		if err != nil {
+			return // closed with the jail
+		}
+		if reply := s.refuse(buf[:n]); reply != nil {
+			_, _ = s.dev.Write(reply)
+		}
+	}
+}
+
+func addrOf(a tcpip.Address) netip.Addr {
+	ad, _ := netip.AddrFromSlice(a.AsSlice())
+	return ad.Unmap()
+}
+
+// refuse records the packet's flow and returns the refusal to send back,
+// or nil (for what needs no answer: a RST, a non-echo ICMP message, a
+// packet that does not parse).
+func (s *sink) refuse(p []byte) []byte {
+	switch header.IPVersion(p) {
+	case header.IPv4Version:
+		ip := header.IPv4(p)
+		if !ip.IsValid(len(p)) || ip.FragmentOffset() != 0 {
+			return nil
+		}
+		return s.refuseTransport(p, ip.SourceAddress(), ip.DestinationAddress(), ip.TransportProtocol(), ip.Payload())
+	case header.IPv6Version:
+		ip := header.IPv6(p)
+		if !ip.IsValid(len(p)) {
+			return nil
+		}
+		// Extension headers are not parsed: such a packet is only dropped.
+		return s.refuseTransport(p, ip.SourceAddress(), ip.DestinationAddress(), tcpip.TransportProtocolNumber(ip.NextHeader()), ip.Payload())
+	}
+	return nil
+}
+
+func (s *sink) note(proto netpolicy.Proto, dst netip.AddrPort) {
+	rule := "blocked range"
+	if v := s.pol.Check(proto, dst); !v.Allowed {
+		rule = v.Rule
+	}
+	s.record(netpolicy.Block{Proto: proto, Dst: dst, Rule: rule})
+}
+
+func (s *sink) refuseTransport(pkt []byte, src, dst tcpip.Address, proto tcpip.TransportProtocolNumber, payload []byte) []byte {
+	v6 := dst.Len() == 16
+	switch proto {
+	case header.TCPProtocolNumber:
+		if len(payload) < header.TCPMinimumSize {
+			return nil
+		}
+		tcp := header.TCP(payload)
+		if tcp.Flags().Contains(header.TCPFlagRst) {
+			return nil
+		}
+		if tcp.Flags().Contains(header.TCPFlagSyn) && !tcp.Flags().Contains(header.TCPFlagAck) {
+			s.note(netpolicy.ProtoTCP, netip.AddrPortFrom(addrOf(dst), tcp.DestinationPort()))
+		}
+		return tcpReset(src, dst, tcp, v6)
+	case header.UDPProtocolNumber:
+		if len(payload) < header.UDPMinimumSize {
+			return nil
+		}
+		s.note(netpolicy.ProtoUDP, netip.AddrPortFrom(addrOf(dst), header.UDP(payload).DestinationPort()))
+		if v6 {
+			return icmp6Unreachable(pkt, src, dst, header.ICMPv6PortUnreachable)
+		}
+		return icmp4Unreachable(pkt, src, dst, header.ICMPv4PortUnreachable)
+	case header.ICMPv4ProtocolNumber:
+		if len(payload) < header.ICMPv4MinimumSize || header.ICMPv4(payload).Type() != header.ICMPv4Echo {
+			return nil
+		}
+		s.note(netpolicy.ProtoICMP, netip.AddrPortFrom(addrOf(dst), 0))
+		return icmp4Unreachable(pkt, src, dst, header.ICMPv4HostProhibited)
+	case header.ICMPv6ProtocolNumber:
+		if len(payload) < header.ICMPv6MinimumSize || header.ICMPv6(payload).Type() != header.ICMPv6EchoRequest {
+			return nil
+		}
+		s.note(netpolicy.ProtoICMP, netip.AddrPortFrom(addrOf(dst), 0))
+		return icmp6Unreachable(pkt, src, dst, header.ICMPv6Prohibited)
+	}
+	return nil
+}
+
+// ipHeader writes an IP header from src to dst (the refused packet's
+// destination answers its source) for a transport payload of n bytes, and
+// returns the whole packet's buffer and the transport part of it.
+func ipHeader(src, dst tcpip.Address, proto tcpip.TransportProtocolNumber, n int, v6 bool) (pkt, transport []byte) {
+	if v6 {
+		pkt = make([]byte, header.IPv6MinimumSize+n)
+		header.IPv6(pkt).Encode(&header.IPv6Fields{PayloadLength: uint16(n), TransportProtocol: proto, HopLimit: 64, SrcAddr: src, DstAddr: dst})
+		return pkt, pkt[header.IPv6MinimumSize:]
+	}
+	pkt = make([]byte, header.IPv4MinimumSize+n)
+	ip := header.IPv4(pkt)
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(pkt)), TTL: 64, Protocol: uint8(proto), SrcAddr: src, DstAddr: dst})
+	ip.SetChecksum(^ip.CalculateChecksum())
+	return pkt, pkt[header.IPv4MinimumSize:]
+}
+
+// tcpReset answers seg (sent from src to dst) with a RST, as RFC 9293
+// says a closed port does.
+func tcpReset(src, dst tcpip.Address, seg header.TCP, v6 bool) []byte {
+	pkt, tb := ipHeader(dst, src, header.TCPProtocolNumber, header.TCPMinimumSize, v6)
+	f := header.TCPFields{SrcPort: seg.DestinationPort(), DstPort: seg.SourcePort(), DataOffset: header.TCPMinimumSize}
+	if seg.Flags().Contains(header.TCPFlagAck) {
+		f.SeqNum, f.Flags = seg.AckNumber(), header.TCPFlagRst
+	} else {
+		n := uint32(len(seg.Payload()))
+		if seg.Flags().Contains(header.TCPFlagSyn) {
+			n++
+		}
+		if seg.Flags().Contains(header.TCPFlagFin) {
+			n++
+		}
+		f.AckNum, f.Flags = seg.SequenceNumber()+n, header.TCPFlagRst|header.TCPFlagAck
+	}
+	tcp := header.TCP(tb)
+	tcp.Encode(&f)
+	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, dst, src, uint16(len(tb)))
+	tcp.SetChecksum(^tcp.CalculateChecksum(xsum))
+	return pkt
+}
+
+// icmp4Unreachable answers orig with a destination-unreachable message of
+// the given code, quoting orig's header and first 8 payload bytes.
+func icmp4Unreachable(orig []byte, src, dst tcpip.Address, code header.ICMPv4Code) []byte {
+	ip := header.IPv4(orig)
+	quote := orig[:min(len(orig), int(ip.HeaderLength())+8)]
+	pkt, tb := ipHeader(dst, src, header.ICMPv4ProtocolNumber, header.ICMPv4MinimumSize+len(quote), false)
+	ic := header.ICMPv4(tb)
+	ic.SetType(header.ICMPv4DstUnreachable)
+	ic.SetCode(code)
+	copy(tb[header.ICMPv4MinimumSize:], quote)
+	ic.SetChecksum(^checksum.Checksum(tb, 0))
+	return pkt
+}
+
+// icmp6Unreachable is icmp4Unreachable for IPv6 (RFC 4443: quote as much
+// of the packet as fits the minimum MTU).
+func icmp6Unreachable(orig []byte, src, dst tcpip.Address, code header.ICMPv6Code) []byte {
+	quote := orig[:min(len(orig), header.IPv6MinimumMTU-header.IPv6MinimumSize-header.ICMPv6DstUnreachableMinimumSize)]
+	pkt, tb := ipHeader(dst, src, header.ICMPv6ProtocolNumber, header.ICMPv6DstUnreachableMinimumSize+len(quote), true)
+	ic := header.ICMPv6(tb)
+	ic.SetType(header.ICMPv6DstUnreachable)
+	ic.SetCode(code)
+	copy(tb[header.ICMPv6DstUnreachableMinimumSize:], quote)
+	ic.SetChecksum(header.ICMPv6Checksum(header.ICMPv6ChecksumParams{
+		Header: ic[:header.ICMPv6DstUnreachableMinimumSize], Src: dst, Dst: src,
+		PayloadCsum: checksum.Checksum(quote, 0), PayloadLen: len(quote),
+	}))
+	return pkt
+}
