@@ -328,3 +328,34 @@ func TestJailStackFailureKillsSandbox(t *testing.T) {
 		}
 	})
 }
+
+// With IPv6 egress on the host, the sandbox gets IPv6 under the same
+// policy: the internet is reachable, unique-local and connected IPv6
+// ranges are not, and neither are blocked IPv4 hosts reached through their
+// IPv4-mapped or NAT64 forms.
+func TestJailIPv6(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.addIPv6()
+		l.echoTCP(l.world, "["+labInternet6+"]:80")
+		l.echoTCP(l.world, "["+labDevice6+"]:22")
+		l.echoTCP(l.world, "["+labPeer6+"]:80")
+		l.echoUDP(l.world, "["+labInternet6+"]:53000")
+		l.echoTCP(l.world, labDevice+":22")
+		if got, r := l.probeIn(uid, []string{"--net=host"}, "tcp", "["+labDevice6+"]:22"); got != "ok" {
+			t.Fatalf("control: the IPv6 lab device with --net=host: %s (%v)", got, r)
+		}
+		for _, c := range [][]string{{"tcp", "[" + labInternet6 + "]:80"}, {"udp", "[" + labInternet6 + "]:53000"}, {"ping", labInternet6}} {
+			if got, r := l.probeIn(uid, nil, c...); got != "ok" {
+				t.Errorf("%v through the jail: %s, want ok (%v)", c, got, r)
+			}
+		}
+		for _, target := range []string{"[" + labDevice6 + "]:22", "[" + labPeer6 + "]:80", "[::ffff:" + labDevice + "]:22", "[64:ff9b::" + labDevice + "]:22"} {
+			if got, r := l.probeIn(uid, nil, "tcp", target); !blockedAtOnce(got) {
+				t.Errorf("tcp %s: %s, want an immediate refusal (%v)", target, got, r)
+			}
+		}
+		if got, r := l.probeIn(uid, []string{"--allow-ip", labDevice6}, "tcp", "["+labDevice6+"]:22"); got != "ok" {
+			t.Errorf("IPv6 lab device with --allow-ip: %s (%v)", got, r)
+		}
+	})
+}

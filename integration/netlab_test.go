@@ -37,6 +37,7 @@ import (
 type lab struct {
 	t           *testing.T
 	host, world string
+	vh, vw      string // the veth ends in host and world
 	wg          sync.WaitGroup
 	mu          sync.Mutex
 	closers     []io.Closer
@@ -97,7 +98,28 @@ func newLab(t *testing.T) *lab {
 	}
 	l.setResolvConf("nameserver " + labDNS + "\n")
 	t.Cleanup(l.stop)
+	l.vh, l.vw = vh, vw
 	return l
+}
+
+// IPv6 addresses of a lab with IPv6 (addIPv6).
+const (
+	labHost6     = "2001:db8:1::2"
+	labPeer6     = "2001:db8:1::1"   // on the host's connected IPv6 subnet
+	labInternet6 = "2001:db8:ff::10" // the "internet" over IPv6
+	labDevice6   = "fd00:20::5"      // a unique-local lab device
+)
+
+// addIPv6 gives the lab IPv6: a connected subnet between host and world,
+// a default route, and world addresses for the internet and a device.
+func (l *lab) addIPv6() {
+	t := l.t
+	ip(t, "-n", l.host, "addr", "add", labHost6+"/64", "dev", l.vh, "nodad")
+	ip(t, "-n", l.world, "addr", "add", labPeer6+"/64", "dev", l.vw, "nodad")
+	ip(t, "-n", l.host, "-6", "route", "add", "default", "via", labPeer6)
+	for _, a := range []string{labInternet6, labDevice6} {
+		ip(t, "-n", l.world, "addr", "add", a+"/128", "dev", "lo")
+	}
 }
 
 // setResolvConf sets the host namespace's /etc/resolv.conf.

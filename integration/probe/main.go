@@ -192,10 +192,12 @@ func ping(addr string) error {
 		return err
 	}
 	family, proto, reqType := unix.AF_INET, unix.IPPROTO_ICMP, byte(8)
-	var sa unix.Sockaddr = &unix.SockaddrInet4{Addr: dst.As4()}
+	var sa unix.Sockaddr
 	if dst.Is6() {
 		family, proto, reqType = unix.AF_INET6, unix.IPPROTO_ICMPV6, 128
 		sa = &unix.SockaddrInet6{Addr: dst.As16()}
+	} else {
+		sa = &unix.SockaddrInet4{Addr: dst.As4()}
 	}
 	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, proto)
 	if err != nil {
