@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/claude-sandbox/claude-sandbox/jail"
@@ -39,6 +40,9 @@ Usage:
 
 func main() {
 	nsexec.Init() // a re-executed stage runs here and never returns
+	if filepath.Base(os.Args[0]) == "claude" {
+		os.Exit(shadowMain(os.Args[1:], false, os.Stdout, os.Stderr))
+	}
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -62,6 +66,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 }
 
 func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
+	if verb == "plan" && len(args) >= 2 && args[0] == "--json" && args[1] == "--shadow" {
+		rest := args[2:]
+		if len(rest) > 0 && rest[0] == "--" {
+			rest = rest[1:]
+		}
+		return shadowMain(rest, true, stdout, stderr)
+	}
 	r, err := parseRunArgs(args, verb == "plan")
 	if err != nil {
 		fmt.Fprintf(stderr, "claude-sandbox %s: %v\n", verb, err)
@@ -81,20 +92,26 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 	if wd, err := os.Getwd(); err == nil {
 		r.opts.Cwd = wd
 	}
+	return launch(verb, r.opts, r.logBlocked, verb == "plan", stdout, stderr)
+}
+
+// launch builds the plan from opts (with the egress jail's setup when the
+// network is jailed) and either prints it (dryRun) or runs it.
+func launch(verb string, opts plan.Options, logBlocked string, dryRun bool, stdout, stderr io.Writer) int {
 	var setup *jail.Setup
-	if r.opts.Net == "" || r.opts.Net == plan.NetJail {
+	if opts.Net == "" || opts.Net == plan.NetJail {
 		facts, err := jail.DiscoverHost("/etc/resolv.conf")
 		if err != nil {
 			fmt.Fprintf(stderr, "claude-sandbox %s: egress jail: read the host's network: %v\n", verb, err)
 			return 1
 		}
-		if setup, err = jail.Prepare(facts, r.opts.Allow); err != nil {
+		if setup, err = jail.Prepare(facts, opts.Allow); err != nil {
 			fmt.Fprintf(stderr, "claude-sandbox %s: %v\n", verb, err)
 			return 1
 		}
-		r.opts.Late = append(r.opts.Late, setup.ResolvConf)
+		opts.Late = append(opts.Late, setup.ResolvConf)
 	}
-	p, err := plan.Build(r.opts)
+	p, err := plan.Build(opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "claude-sandbox %s: %v\n", verb, err)
 		return 2
@@ -102,7 +119,7 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 	if setup != nil {
 		p.Egress.Routes = strings.Split(strings.TrimSuffix(setup.Routes.String(), "\n"), "\n")
 	}
-	if verb == "plan" {
+	if dryRun {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(p); err != nil {
@@ -111,14 +128,14 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	opts := nsexec.Options{}
+	nopts := nsexec.Options{}
 	if setup != nil {
 		for _, w := range setup.Warnings {
 			fmt.Fprintln(stderr, "claude-sandbox: warning:", w)
 		}
 		jo := jail.Options{Summary: stderr}
-		if r.logBlocked != "" {
-			f, err := os.OpenFile(r.logBlocked, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if logBlocked != "" {
+			f, err := os.OpenFile(logBlocked, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 			if err != nil {
 				fmt.Fprintln(stderr, "claude-sandbox: --log-blocked:", err)
 				return 2
@@ -126,10 +143,9 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 			defer f.Close()
 			jo.Log, jo.Summary = f, nil
 		}
-		j := jail.New(setup, jo)
-		opts.Jail = j
+		nopts.Jail = jail.New(setup, jo)
 	}
-	code, err := nsexec.Run(p, opts)
+	code, err := nsexec.Run(p, nopts)
 	if err != nil {
 		var pe *plan.Error
 		if errors.As(err, &pe) {

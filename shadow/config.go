@@ -1,0 +1,265 @@
+package shadow
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/netip"
+	"path"
+	"strings"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+)
+
+// ConfigPath is the only place the shadow reads its configuration from:
+// root-owned, outside any workspace, read-only inside the sandbox, so a
+// session can never widen the next session's reach.
+const ConfigPath = "/etc/claude-sandbox.conf"
+
+// Config is /etc/claude-sandbox.conf, after the environment overrides.
+type Config struct {
+	// WorkspaceRoot, when set, is bound read-write instead of the current
+	// directory.
+	WorkspaceRoot string `json:"workspaceRoot,omitempty"`
+	// NoForge turns off the GitHub and GitLab credential binds and helpers.
+	NoForge bool `json:"noForge,omitempty"`
+	// EgressJail is on unless explicitly turned off.
+	EgressJail bool `json:"egressJail"`
+	// AllowWrite are extra host paths bound read-write when they exist.
+	AllowWrite []string `json:"allowWrite,omitempty"`
+	// AllowIP are punches through the egress jail (addresses or CIDRs).
+	AllowIP []netip.Prefix `json:"allowIP,omitempty"`
+	// PassEnv are extra variable names allowed into the sandbox.
+	PassEnv []string `json:"passEnv,omitempty"`
+	// GitLabHost is the host the glab credential helper and the ssh-to-
+	// https rewrite are for.
+	GitLabHost string `json:"gitlabHost"`
+}
+
+// DefaultConfig is what an absent or empty file means.
+func DefaultConfig() Config { return Config{EgressJail: true, GitLabHost: "gitlab.com"} }
+
+// ConfigError names the file, line and key of a line that cannot be used:
+// a typo must stop the launch, never silently widen or narrow the sandbox.
+type ConfigError struct {
+	File string
+	Line int
+	Key  string
+	Msg  string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Line == 0 {
+		return fmt.Sprintf("%s: %s: %s", e.File, e.Key, e.Msg)
+	}
+	if e.Key == "" {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Key, e.Msg)
+}
+
+// ParseConfig reads the file format: `key = value` or a bare `key`, one a
+// line; `#` starts a comment; blank lines are ignored. Repeatable keys
+// (allow-write, allow-ip, pass-env) add one entry a line.
+func ParseConfig(name string, r io.Reader) (Config, error) {
+	c := DefaultConfig()
+	sc := bufio.NewScanner(r)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		key, value, hasValue := strings.Cut(line, "=")
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		if key == "" {
+			return c, &ConfigError{File: name, Line: n, Msg: "a line must start with a key"}
+		}
+		if err := c.set(key, value, hasValue); err != nil {
+			return c, &ConfigError{File: name, Line: n, Key: key, Msg: err.Error()}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return c, &ConfigError{File: name, Line: n, Msg: err.Error()}
+	}
+	return c, nil
+}
+
+func (c *Config) set(key, value string, hasValue bool) error {
+	needValue := func() error {
+		if !hasValue || value == "" {
+			return fmt.Errorf("needs a value (%s = ...)", key)
+		}
+		return nil
+	}
+	switch key {
+	case "workspace-root":
+		if err := needValue(); err != nil {
+			return err
+		}
+		p, err := absPath(value)
+		if err != nil {
+			return err
+		}
+		c.WorkspaceRoot = p
+	case "no-forge":
+		b, err := parseBool(value, hasValue)
+		if err != nil {
+			return err
+		}
+		c.NoForge = b
+	case "egress-jail":
+		b, err := parseBool(value, hasValue)
+		if err != nil {
+			return err
+		}
+		c.EgressJail = b
+	case "allow-write":
+		if err := needValue(); err != nil {
+			return err
+		}
+		p, err := absPath(value)
+		if err != nil {
+			return err
+		}
+		c.AllowWrite = append(c.AllowWrite, p)
+	case "allow-ip":
+		if err := needValue(); err != nil {
+			return err
+		}
+		pfx, err := netpolicy.ParseAllow(value)
+		if err != nil {
+			return err
+		}
+		c.AllowIP = append(c.AllowIP, pfx)
+	case "pass-env":
+		if err := needValue(); err != nil {
+			return err
+		}
+		if !validEnvName(value) {
+			return fmt.Errorf("%q is not a variable name", value)
+		}
+		c.PassEnv = append(c.PassEnv, value)
+	case "gitlab-host":
+		if err := needValue(); err != nil {
+			return err
+		}
+		if !validHost(value) {
+			return fmt.Errorf("%q is not a host name (like gitlab.example.com)", value)
+		}
+		c.GitLabHost = value
+	default:
+		return fmt.Errorf("unknown key (known: workspace-root, no-forge, egress-jail, allow-write, allow-ip, pass-env, gitlab-host)")
+	}
+	return nil
+}
+
+// parseBool reads a switch: a bare key means on.
+func parseBool(v string, hasValue bool) (bool, error) {
+	if !hasValue {
+		return true, nil
+	}
+	switch strings.ToLower(v) {
+	case "1", "on", "yes", "true":
+		return true, nil
+	case "0", "off", "no", "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q is not a switch value (use 1 or 0, on or off)", v)
+}
+
+func absPath(v string) (string, error) {
+	if !path.IsAbs(v) {
+		return "", fmt.Errorf("%q is not an absolute path", v)
+	}
+	return path.Clean(v), nil
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func validHost(s string) bool {
+	if s == "" || len(s) > 253 || strings.HasPrefix(s, "-") || strings.HasPrefix(s, ".") || strings.HasSuffix(s, ".") {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// Environment overrides: a variable that is set wins over the file.
+const (
+	EnvWorkspaceRoot = "CLAUDE_SANDBOX_WORKSPACE_ROOT"
+	EnvNoForge       = "CLAUDE_SANDBOX_NO_FORGE"
+	EnvEgressJail    = "CLAUDE_SANDBOX_EGRESS_JAIL"
+	EnvAllowWrite    = "CLAUDE_SANDBOX_ALLOW_WRITE"
+	EnvAllowIP       = "CLAUDE_SANDBOX_ALLOW_IP"
+)
+
+// ApplyEnv applies the environment overrides. Lists (allow-write, allow-ip)
+// are separated by commas or whitespace, and replace the file's list.
+func (c *Config) ApplyEnv(getenv func(string) (string, bool)) error {
+	bad := func(key, msg string) error {
+		return &ConfigError{File: "environment", Key: key, Msg: msg}
+	}
+	if v, ok := getenv(EnvWorkspaceRoot); ok && v != "" {
+		p, err := absPath(v)
+		if err != nil {
+			return bad(EnvWorkspaceRoot, err.Error())
+		}
+		c.WorkspaceRoot = p
+	}
+	if v, ok := getenv(EnvNoForge); ok {
+		b, err := parseBool(v, v != "")
+		if err != nil {
+			return bad(EnvNoForge, err.Error())
+		}
+		c.NoForge = b
+	}
+	if v, ok := getenv(EnvEgressJail); ok {
+		// N1: only an explicit 0 turns the jail off; anything else is on.
+		c.EgressJail = strings.TrimSpace(v) != "0"
+	}
+	if v, ok := getenv(EnvAllowWrite); ok {
+		c.AllowWrite = nil
+		for _, f := range splitList(v) {
+			p, err := absPath(f)
+			if err != nil {
+				return bad(EnvAllowWrite, err.Error())
+			}
+			c.AllowWrite = append(c.AllowWrite, p)
+		}
+	}
+	if v, ok := getenv(EnvAllowIP); ok {
+		c.AllowIP = nil
+		for _, f := range splitList(v) {
+			pfx, err := netpolicy.ParseAllow(f)
+			if err != nil {
+				return bad(EnvAllowIP, err.Error())
+			}
+			c.AllowIP = append(c.AllowIP, pfx)
+		}
+	}
+	return nil
+}
+
+func splitList(v string) []string {
+	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
+}

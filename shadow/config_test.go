@@ -1,0 +1,125 @@
+package shadow
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseConfig(t *testing.T) {
+	def := DefaultConfig()
+	with := func(f func(c *Config)) Config { c := DefaultConfig(); f(&c); return c }
+	cases := []struct {
+		name    string
+		in      string
+		want    Config
+		wantErr string
+	}{
+		{"empty", "", def, ""},
+		{"comments and blanks", "# a comment\n\n   # indented\n", def, ""},
+		{"workspace-root", "workspace-root = /workspaces/x/\n", with(func(c *Config) { c.WorkspaceRoot = "/workspaces/x" }), ""},
+		{"bare no-forge", "no-forge\n", with(func(c *Config) { c.NoForge = true }), ""},
+		{"no-forge = 0", "no-forge = 0\n", def, ""},
+		{"egress-jail = 0", "egress-jail = 0 # off\n", with(func(c *Config) { c.EgressJail = false }), ""},
+		{"bare egress-jail", "egress-jail\n", def, ""},
+		{"repeatable allow-write", "allow-write = /a\nallow-write=/b\n", with(func(c *Config) { c.AllowWrite = []string{"/a", "/b"} }), ""},
+		{"allow-ip address and cidr", "allow-ip = 10.1.2.3\nallow-ip = 10.20.0.0/16\nallow-ip = fd00::5\n", with(func(c *Config) {
+			c.AllowIP = []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32"), netip.MustParsePrefix("10.20.0.0/16"), netip.MustParsePrefix("fd00::5/128")}
+		}), ""},
+		{"pass-env", "pass-env = EPICS_CA_ADDR_LIST\n", with(func(c *Config) { c.PassEnv = []string{"EPICS_CA_ADDR_LIST"} }), ""},
+		{"gitlab-host", "gitlab-host = gitlab.example.org\n", with(func(c *Config) { c.GitLabHost = "gitlab.example.org" }), ""},
+		{"unknown key", "alow-ip = 10.1.2.3\n", Config{}, "f:1: alow-ip: unknown key"},
+		{"bad switch", "\negress-jail = maybe\n", Config{}, `f:2: egress-jail: "maybe" is not a switch value`},
+		{"relative allow-write", "allow-write = tmp\n", Config{}, `f:1: allow-write: "tmp" is not an absolute path`},
+		{"bad allow-ip", "allow-ip = 10.1.2\n", Config{}, "f:1: allow-ip:"},
+		{"allow-ip with host bits", "allow-ip = 10.1.2.3/8\n", Config{}, "f:1: allow-ip:"},
+		{"missing value", "allow-write =\n", Config{}, "f:1: allow-write: needs a value"},
+		{"bare valued key", "workspace-root\n", Config{}, "f:1: workspace-root: needs a value"},
+		{"bad env name", "pass-env = A-B\n", Config{}, `f:1: pass-env: "A-B" is not a variable name`},
+		{"bad gitlab host", "gitlab-host = https://x\n", Config{}, "f:1: gitlab-host:"},
+		{"no key", "= 1\n", Config{}, "f:1: a line must start with a key"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := ParseConfig("f", strings.NewReader(c.in))
+			if c.wantErr != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), c.wantErr) {
+					t.Fatalf("error %v, want one starting %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("got %+v\nwant %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestApplyEnv(t *testing.T) {
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	file := DefaultConfig()
+	file.AllowWrite = []string{"/from-file"}
+	file.EgressJail = false
+	cases := []struct {
+		name    string
+		env     map[string]string
+		check   func(c Config) bool
+		wantErr string
+	}{
+		{"nothing set keeps the file", nil, func(c Config) bool { return !c.EgressJail && c.AllowWrite[0] == "/from-file" }, ""},
+		{"jail on by anything but 0", map[string]string{EnvEgressJail: "yes please"}, func(c Config) bool { return c.EgressJail }, ""},
+		{"jail off by 0", map[string]string{EnvEgressJail: "0"}, func(c Config) bool { return !c.EgressJail }, ""},
+		{"allow-write list replaces", map[string]string{EnvAllowWrite: "/a, /b"}, func(c Config) bool { return reflect.DeepEqual(c.AllowWrite, []string{"/a", "/b"}) }, ""},
+		{"allow-ip list", map[string]string{EnvAllowIP: "10.1.2.3 192.168.7.0/24"}, func(c Config) bool { return len(c.AllowIP) == 2 }, ""},
+		{"workspace root", map[string]string{EnvWorkspaceRoot: "/w"}, func(c Config) bool { return c.WorkspaceRoot == "/w" }, ""},
+		{"no-forge", map[string]string{EnvNoForge: "1"}, func(c Config) bool { return c.NoForge }, ""},
+		{"bad allow-ip", map[string]string{EnvAllowIP: "nope"}, nil, "environment: CLAUDE_SANDBOX_ALLOW_IP:"},
+		{"relative workspace", map[string]string{EnvWorkspaceRoot: "w"}, nil, "environment: CLAUDE_SANDBOX_WORKSPACE_ROOT:"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := file
+			cfg.AllowWrite = append([]string(nil), file.AllowWrite...)
+			err := cfg.ApplyEnv(env(c.env))
+			if c.wantErr != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), c.wantErr) {
+					t.Fatalf("error %v, want %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil || !c.check(cfg) {
+				t.Errorf("config %+v, err %v", cfg, err)
+			}
+		})
+	}
+}
+
+func TestGitConfig(t *testing.T) {
+	got := GitConfig("Ada \"The\" Lovelace\n[core]", "ada@example.org", Config{GitLabHost: "gitlab.example.org"})
+	for _, want := range []string{
+		"name = \"Ada \\\"The\\\" Lovelace [core]\"", "email = \"ada@example.org\"",
+		"defaultBranch = main", "directory = *",
+		"helper = !gh auth git-credential", "[credential \"https://gitlab.example.org\"]", "helper = !glab auth git-credential",
+		"insteadOf = git@github.com:", "insteadOf = git@gitlab.example.org:",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("gitconfig lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Count(got, "[core]") != 1 || strings.Contains(got, "\n[core]") {
+		t.Errorf("a newline in the name started a section:\n%s", got)
+	}
+	noForge := GitConfig("A", "a@b", Config{NoForge: true})
+	if strings.Contains(noForge, "credential") || strings.Contains(noForge, "insteadOf") {
+		t.Errorf("no-forge gitconfig has forge helpers:\n%s", noForge)
+	}
+	if strings.Contains(GitConfig("", "", Config{}), "[user]") {
+		t.Error("an empty identity must not write a [user] section")
+	}
+}

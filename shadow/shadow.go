@@ -1,0 +1,271 @@
+package shadow
+
+import (
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"github.com/claude-sandbox/claude-sandbox/plan"
+)
+
+// RealBinary is where install puts the real Claude Code binary: off PATH,
+// so a plain `claude` always finds the shadow first.
+const RealBinary = "/usr/libexec/claude-sandbox/claude"
+
+// MarkerEnv marks a process as running inside the sandbox.
+const MarkerEnv = "IS_SANDBOX"
+
+// passEnv is the environment allowlist (E1): locale and terminal, Python
+// tooling, and the workspace-root override. Anything else stays outside
+// unless pass-env names it.
+var passEnv = []string{
+	"TERM", "LANG", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "LC_TIME", "LC_COLLATE", "LC_NUMERIC", "LC_MONETARY",
+	"VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "UV_CACHE_DIR", "UV_PYTHON_CACHE_DIR", "PRE_COMMIT_HOME",
+	EnvWorkspaceRoot,
+}
+
+// neverPass can never cross, whatever pass-env says: credentials and the
+// doors to the host's agents and display.
+var neverPass = []string{"GH_TOKEN", "GITHUB_TOKEN", "GITLAB_TOKEN", "ANTHROPIC_API_KEY", "SSH_AUTH_SOCK", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS"}
+
+// systemPath comes first in the sandbox's PATH; ~/.local/bin is appended,
+// never prepended (F12), so nothing a session drops there can shadow a
+// system tool.
+const systemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Inputs are the facts a launch is built from.
+type Inputs struct {
+	Args     []string // the arguments given to `claude`
+	Environ  []string // the caller's environment
+	Home     string
+	User     string
+	UID, GID int
+	Cwd      string
+	Config   Config
+	// Real is the real binary on the host (RealBinary in production).
+	Real string
+	// GitName and GitEmail are the host's current git identity.
+	GitName, GitEmail string
+	// Stat looks at host paths (os.Stat in production); Lstat too.
+	Stat  func(string) (fs.FileInfo, error)
+	Lstat func(string) (fs.FileInfo, error)
+	// Readable reports whether the caller can read a host file.
+	Readable func(string) bool
+}
+
+// Launch is what the shadow does.
+type Launch struct {
+	// Direct is set when the shadow runs inside the sandbox already (the
+	// recursion guard): exec Argv directly, no second sandbox.
+	Direct bool
+	// Argv is the real binary's command line (inside the sandbox for a
+	// sandboxed launch, on the host for a direct one).
+	Argv []string
+	// Options describe the sandbox (unless Direct).
+	Options plan.Options
+	// GitConfig is the curated gitconfig content.
+	GitConfig string
+	// CreateFiles and CreateDirs must exist on the host before the launch
+	// (bind-back targets: S4).
+	CreateFiles, CreateDirs []string
+	// Workspace is the host directory bound read-write ("" when none).
+	Workspace string
+	Warnings  []string
+	// PersistWarning (S5) is set when ~/.claude would not survive a
+	// container rebuild; the shadow pauses on it only at a terminal.
+	PersistWarning string
+}
+
+// persistWarning checks that ~/.claude is a symlink or a mount point (a
+// directory on another device than the home), i.e. state that outlives
+// the container.
+func persistWarning(home string, lstat, stat func(string) (fs.FileInfo, error)) string {
+	dir := home + "/.claude"
+	fi, err := lstat(dir)
+	if err != nil || fi.Mode()&fs.ModeSymlink != 0 {
+		return ""
+	}
+	hf, err := stat(home)
+	if err == nil && fi.IsDir() && deviceOf(fi) != deviceOf(hf) {
+		return ""
+	}
+	return dir + " is neither a symlink nor a mount point: Claude's state (login, memories, history) lives in the container and is lost when it is rebuilt"
+}
+
+// ClaudeArgs applies S3: --no-chrome first, every --chrome removed.
+func ClaudeArgs(args []string) []string {
+	out := []string{"--no-chrome"}
+	for _, a := range args {
+		if a == "--chrome" || a == "--no-chrome" {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func lookup(env []string, name string) (string, bool) {
+	v, ok := "", false
+	for _, kv := range env {
+		if k, val, found := strings.Cut(kv, "="); found && k == name {
+			v, ok = val, true
+		}
+	}
+	return v, ok
+}
+
+// Build decides the launch.
+func Build(in Inputs) (*Launch, error) {
+	args := ClaudeArgs(in.Args)
+	if v, _ := lookup(in.Environ, MarkerEnv); v == "1" {
+		return &Launch{Direct: true, Argv: append([]string{in.Real}, args...)}, nil
+	}
+	if in.Home == "" || !path.IsAbs(in.Home) || in.Home == "/" {
+		return nil, fmt.Errorf("HOME is %q: the shadow needs your home directory to mask it", in.Home)
+	}
+	home := path.Clean(in.Home)
+	exists := func(p string) bool { _, err := in.Stat(p); return err == nil }
+	isDir := func(p string) bool { fi, err := in.Stat(p); return err == nil && fi.IsDir() }
+	if !isDir(home) {
+		return nil, fmt.Errorf("your home directory %s does not exist: the shadow masks it with an empty one and binds back a short list", home)
+	}
+	l := &Launch{}
+	l.PersistWarning = persistWarning(home, in.Lstat, in.Stat)
+	cfg := in.Config
+
+	// Workspace (F6): the override, else the current directory; never the
+	// home directory itself or anything above it.
+	ws := cfg.WorkspaceRoot
+	if ws == "" {
+		ws = in.Cwd
+	}
+	if ws != "" {
+		ws = path.Clean(ws)
+		if mounts.Within(home, ws) {
+			return nil, fmt.Errorf("refusing to make %s writable: it holds your home directory; run claude from a project directory, or set workspace-root in %s", ws, ConfigPath)
+		}
+		if isDir(ws) {
+			l.Workspace = ws
+		} else {
+			l.Warnings = append(l.Warnings, fmt.Sprintf("workspace %s does not exist: nothing is writable but the bind-backs", ws))
+		}
+	}
+
+	h := func(rel string) string { return home + "/" + rel }
+	var ops []mounts.Op
+	// F2: /run/user and /run/secrets become empty, when the host has them.
+	for _, d := range []string{"/run/user", "/run/secrets"} {
+		if isDir(d) {
+			ops = append(ops, mounts.Op{Kind: mounts.Tmpfs, Dst: d, Mode: 0o755})
+		}
+	}
+	// F8: belt and braces. /dev/null over credential files in the (empty)
+	// home, and over the host's password and sudo files when readable.
+	for _, f := range []string{".netrc", ".Xauthority", ".ICEauthority"} {
+		ops = append(ops, mounts.Op{Kind: mounts.ROBind, Src: "/dev/null", Dst: h(f)})
+	}
+	for _, f := range []string{"/etc/shadow", "/etc/gshadow", "/etc/sudoers"} {
+		if in.Readable(f) {
+			ops = append(ops, mounts.Op{Kind: mounts.Mask, Dst: f})
+		}
+	}
+	// F3: the bind-back list, read-write, each only when present.
+	l.CreateFiles = append(l.CreateFiles, h(".claude.json"))
+	backs := []string{".claude", ".claude.json", ".cache", ".local/share"}
+	if !cfg.NoForge {
+		l.CreateDirs = append(l.CreateDirs, h(".config/gh"), h(".config/glab-cli"))
+		backs = append(backs, ".config/gh", ".config/glab-cli")
+	}
+	backs = append(backs, ".local/bin/uv", ".local/bin/uvx")
+	for _, b := range backs {
+		ops = append(ops, mounts.Op{Kind: mounts.Bind, Src: h(b), Dst: h(b), Optional: true})
+	}
+	// F4: what Claude Code writes into the bulk bind itself stays
+	// ephemeral.
+	for _, d := range []string{".local/share/applications", ".local/share/claude"} {
+		if isDir(h(d)) {
+			ops = append(ops, mounts.Op{Kind: mounts.Tmpfs, Dst: h(d), Mode: 0o755})
+		}
+	}
+	// F5: the real binary, read-only, where Claude Code expects itself.
+	if !exists(in.Real) {
+		return nil, fmt.Errorf("the real Claude Code binary is missing at %s: re-run the installer (claude-sandbox install)", in.Real)
+	}
+	ops = append(ops, mounts.Op{Kind: mounts.ROBind, Src: in.Real, Dst: h(".local/bin/claude")})
+	// F6, F7: the workspace and allow-write paths, read-write.
+	if l.Workspace != "" {
+		ops = append(ops, mounts.Op{Kind: mounts.Bind, Src: l.Workspace, Dst: l.Workspace})
+	}
+	for _, p := range cfg.AllowWrite {
+		if mounts.Within(home, p) {
+			return nil, fmt.Errorf("%s: allow-write = %s would make your whole home directory writable", ConfigPath, p)
+		}
+		ops = append(ops, mounts.Op{Kind: mounts.Bind, Src: p, Dst: p, Optional: true})
+	}
+
+	// S6: the curated gitconfig, generated, read-only at the path
+	// GIT_CONFIG_GLOBAL names (inside the home tmpfs, so it needs no
+	// writable /etc and nothing is written on the host).
+	l.GitConfig = GitConfig(in.GitName, in.GitEmail, cfg)
+	gitconfig := h(".gitconfig")
+	ops = append(ops, mounts.Op{Kind: mounts.File, Dst: gitconfig, Data: l.GitConfig, Mode: 0o444})
+
+	// E1, E2, E3: the environment.
+	var setenv [][2]string
+	pathVal := systemPath + ":" + h(".local/bin")
+	if venv, ok := lookup(in.Environ, "VIRTUAL_ENV"); ok && path.IsAbs(venv) && isDir(venv+"/bin") {
+		pathVal += ":" + path.Clean(venv) + "/bin"
+	}
+	keep := append(slices.Clone(passEnv), cfg.PassEnv...)
+	for _, k := range keep {
+		if slices.Contains(neverPass, k) {
+			return nil, fmt.Errorf("%s: pass-env = %s: that variable never crosses into the sandbox", ConfigPath, k)
+		}
+	}
+	setenv = append(setenv,
+		[2]string{"PATH", pathVal},
+		[2]string{"HOME", home},
+		[2]string{"USER", in.User},
+		[2]string{MarkerEnv, "1"},
+		[2]string{"GIT_CONFIG_GLOBAL", gitconfig},
+		[2]string{"GIT_CONFIG_SYSTEM", "/dev/null"},
+	)
+
+	net := plan.NetJail
+	if !cfg.EgressJail {
+		net = plan.NetHost
+	}
+	l.Argv = append([]string{h(".local/bin/claude")}, args...)
+	l.Options = plan.Options{
+		Command: l.Argv,
+		Net:     net,
+		Allow:   cfg.AllowIP,
+		Ops:     ops,
+		SetEnv:  setenv,
+		KeepEnv: keep,
+		Environ: in.Environ,
+		Cwd:     in.Cwd,
+		Home:    home,
+		UID:     in.UID,
+		GID:     in.GID,
+		Stat:    in.Stat,
+	}
+	if !cfg.EgressJail {
+		l.Options.Allow = nil
+	}
+	return l, nil
+}
+
+// deviceOf returns the device a file is on (0 when unknown, as for fakes).
+func deviceOf(fi fs.FileInfo) uint64 {
+	if d, ok := fi.Sys().(interface{ Device() uint64 }); ok {
+		return d.Device()
+	}
+	if st, ok := fi.Sys().(*syscallStat); ok {
+		return uint64(st.Dev)
+	}
+	return 0
+}

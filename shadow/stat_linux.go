@@ -1,0 +1,5 @@
+package shadow
+
+import "syscall"
+
+type syscallStat = syscall.Stat_t
