@@ -1,0 +1,188 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+)
+
+// shadowHost prepares what `claude` (the shadow) needs, without touching
+// the machine: a private mount namespace (entered by the returned prelude)
+// in which /etc holds a copy of the host's /etc plus the given
+// claude-sandbox.conf, and /usr/libexec/claude-sandbox/claude is the given
+// real binary. It returns a shell prelude to run before the shadow, and
+// the path of the shadow (the built binary under the name claude).
+func shadowHost(t *testing.T, conf string, real string) (prelude, claude string) {
+	t.Helper()
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	dir := testutil.MkdirFor(t, 0)
+	claude = filepath.Join(dir, "bin", "claude")
+	if err := os.MkdirAll(filepath.Dir(claude), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin, claude); err != nil {
+		t.Fatal(err)
+	}
+	etc, libexec := filepath.Join(dir, "etc"), filepath.Join(dir, "libexec")
+	for _, c := range [][]string{{"cp", "-a", "/etc/.", etc}, {"mkdir", "-p", libexec + "/claude-sandbox"}} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+	if _, err := os.Stat("/usr/libexec"); err == nil {
+		if out, err := exec.Command("cp", "-a", "/usr/libexec/.", libexec).CombinedOutput(); err != nil {
+			t.Fatalf("copy /usr/libexec: %v\n%s", err, out)
+		}
+	}
+	if conf != "" {
+		if err := os.WriteFile(filepath.Join(etc, "claude-sandbox.conf"), []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if real != "" {
+		if err := os.WriteFile(filepath.Join(libexec, "claude-sandbox", "claude"), []byte(real), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prelude = fmt.Sprintf("mount --bind %s /etc && mkdir -p /usr/libexec 2>/dev/null; mount --bind %s /usr/libexec", etc, libexec)
+	return prelude, claude
+}
+
+// fakeClaude stands in for the real binary: it reports what it sees.
+const fakeClaude = `#!/bin/sh
+echo "args: $*"
+echo "exe: $0"
+for v in IS_SANDBOX HOME USER GH_TOKEN ANTHROPIC_API_KEY SSH_AUTH_SOCK DISPLAY GIT_CONFIG_GLOBAL PATH EPICS_CA_ADDR_LIST; do
+  eval "echo env:$v=\${$v-unset}"
+done
+echo "home: $(ls -A "$HOME" | tr '\n' ' ')"
+echo "config: $(ls -A "$HOME/.config" 2>/dev/null | tr '\n' ' ')"
+echo "git-name: $(git config user.name)"
+echo "secret: $(cat "$HOME/.ssh/id_test" 2>&1 | head -c 60)"
+touch "$PWD/written-inside" && echo "workspace-write: ok"
+touch /usr/outside 2>/dev/null && echo "outside-write: ok" || echo "outside-write: refused"
+exit 3
+`
+
+// runShadow runs `claude ARGS` through the shadow as uid, in the lab's host
+// namespace (jail on) or, with l == nil, in a private mount namespace on
+// the host network (jail off by config).
+func runShadow(t *testing.T, uid int, home, cwd, prelude, claude string, env []string, args ...string) testutil.Result {
+	t.Helper()
+	inner := fmt.Sprintf("%s && cd %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s %s",
+		prelude, cwd, uid, uid, strings.Join(env, " "), claude, strings.Join(args, " "))
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", inner)
+	cmd.Dir = "/"
+	return testutil.Run(t, cmd)
+}
+
+func TestShadowLaunchesRealBinaryInSandbox(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			home := testutil.MkdirFor(t, uid)
+			ws := filepath.Join(home, "project")
+			for _, d := range []string{".ssh", ".claude", ".config/gh", ".config/Code", "project"} {
+				if err := os.MkdirAll(filepath.Join(home, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(home, ".ssh", "id_test"), []byte("PRIVATE KEY"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home).CombinedOutput(); err != nil {
+				t.Fatalf("chown: %v %s", err, out)
+			}
+			gitconfig := filepath.Join(home, ".gitconfig")
+			if err := os.WriteFile(gitconfig, []byte("[user]\n\tname = Host Identity\n\temail = host@example.org\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			prelude, claude := shadowHost(t, "egress-jail = 0\npass-env = EPICS_CA_ADDR_LIST\n", fakeClaude)
+			env := []string{"HOME=" + home, "USER=tester", "PATH=/usr/bin:/bin", "GH_TOKEN=ghp_leak", "ANTHROPIC_API_KEY=sk-leak",
+				"SSH_AUTH_SOCK=/tmp/agent", "DISPLAY=:0", "EPICS_CA_ADDR_LIST=10.1.2.3", "TERM=dumb"}
+			r := runShadow(t, uid, home, ws, prelude, claude, env, "--chrome", "-p", "hi")
+			if r.Code != 3 {
+				t.Fatalf("shadow: %v, want the real binary's exit status 3", r)
+			}
+			out := r.Stdout
+			for _, want := range []string{
+				"args: --no-chrome -p hi\n",
+				"exe: " + home + "/.local/bin/claude\n",
+				"env:IS_SANDBOX=1\n", "env:HOME=" + home + "\n", "env:USER=tester\n",
+				"env:GH_TOKEN=unset\n", "env:ANTHROPIC_API_KEY=unset\n", "env:SSH_AUTH_SOCK=unset\n", "env:DISPLAY=unset\n",
+				"env:GIT_CONFIG_GLOBAL=" + home + "/.gitconfig\n",
+				"env:PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:" + home + "/.local/bin\n",
+				"env:EPICS_CA_ADDR_LIST=10.1.2.3\n",
+				"git-name: Host Identity\n",
+				"workspace-write: ok\n", "outside-write: refused\n",
+			} {
+				if !strings.Contains(out, want) {
+					t.Errorf("inside the shadow's sandbox, missing %q in:\n%s", want, out)
+				}
+			}
+			if strings.Contains(out, "PRIVATE KEY") {
+				t.Error("a secret from the host's home is readable inside")
+			}
+			if !strings.Contains(out, "config: gh glab-cli \n") {
+				t.Errorf("~/.config inside must hold only the forge dirs: %s", out)
+			}
+			homeLine := out[strings.Index(out, "home: "):]
+			homeLine = homeLine[:strings.Index(homeLine, "\n")]
+			for _, e := range strings.Fields(strings.TrimPrefix(homeLine, "home: ")) {
+				switch e {
+				case ".claude", ".claude.json", ".config", ".local", ".gitconfig", ".netrc", ".Xauthority", ".ICEauthority", "project":
+				default:
+					t.Errorf("unexpected entry in the sandbox's home: %s (%s)", e, homeLine)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(ws, "written-inside")); err != nil {
+				t.Errorf("the workspace write did not land on the host: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(home, ".claude.json")); err != nil {
+				t.Errorf("S4: ~/.claude.json was not created: %v", err)
+			}
+		})
+	}
+}
+
+func TestShadowRefusesBadConfig(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	home := testutil.MkdirFor(t, 0)
+	env := []string{"HOME=" + home, "PATH=/usr/bin:/bin"}
+	prelude, claude := shadowHost(t, "egress-jail = 0\nallow-ip = 10.1.2\n", fakeClaude)
+	r := runShadow(t, 0, home, home, prelude, claude, env, "-p", "x")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "/etc/claude-sandbox.conf:2: allow-ip:") || strings.Contains(r.Stdout, "args:") {
+		t.Errorf("malformed config: %v; want exit 1 naming file, line and key, and nothing run", r)
+	}
+	prelude, claude = shadowHost(t, "egress-jail = 0\n", fakeClaude)
+	r = runShadow(t, 0, home, home, prelude+" && chmod 666 /etc/claude-sandbox.conf", claude, env, "-p", "x")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "writable by a user other than root") {
+		t.Errorf("world-writable config: %v; want it refused", r)
+	}
+	prelude, claude = shadowHost(t, "egress-jail = 0\n", "")
+	r = runShadow(t, 0, home, testutil.MkdirFor(t, 0), prelude, claude, env, "-p", "x")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "re-run the installer") {
+		t.Errorf("missing real binary: %v; want exit 1 naming the fix", r)
+	}
+}
+
+// Inside the sandbox (IS_SANDBOX=1), the shadow runs the real binary
+// directly: no second sandbox.
+func TestShadowRecursionGuard(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	home := testutil.MkdirFor(t, 0)
+	prelude, claude := shadowHost(t, "", "#!/bin/sh\necho \"direct: $* ns=$(readlink /proc/self/ns/mnt)\"\n")
+	r := runShadow(t, 0, home, "/var/tmp", prelude+" && readlink /proc/self/ns/mnt", claude, []string{"HOME=" + home, "IS_SANDBOX=1", "PATH=/usr/bin:/bin"}, "--chrome", "-p", "x")
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if r.Code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[1], "direct: --no-chrome -p x ns="+lines[0]) {
+		t.Errorf("recursion guard: %v; want the real binary run directly, in the caller's mount namespace, with --no-chrome", r)
+	}
+}
