@@ -518,6 +518,12 @@ func TestKilledLauncherLeavesNothing(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
+		})
 		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
 			t.Fatalf("sandbox said %q", line)
 		}

@@ -309,6 +309,13 @@ func TestJailStackFailureKillsSandbox(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// Whatever happens below, nothing of this test outlives it.
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
+		})
 		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
 			t.Fatalf("sandbox said %q (%s)", line, stderr.String())
 		}
