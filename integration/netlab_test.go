@@ -35,7 +35,7 @@ import (
 // resolver are never used (the host's resolv.conf is the lab's, through
 // /etc/netns/NAME/resolv.conf, which `ip netns exec` binds).
 type lab struct {
-	t           *testing.T
+	t           testing.TB
 	host, world string
 	vh, vw      string // the veth ends in host and world
 	wg          sync.WaitGroup
@@ -57,14 +57,14 @@ const (
 	labGateway = "198.51.100.1"
 )
 
-func ip(t *testing.T, args ...string) {
+func ip(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
 
-func newLab(t *testing.T) *lab {
+func newLab(t testing.TB) *lab {
 	testutil.NeedsRoot(t)
 	testutil.NeedsUserNS(t)
 	testutil.NeedsTUN(t)

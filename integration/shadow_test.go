@@ -17,7 +17,7 @@ import (
 // claude-sandbox.conf, and /usr/libexec/claude-sandbox/claude is the given
 // real binary. It returns a shell prelude to run before the shadow, and
 // the path of the shadow (the built binary under the name claude).
-func shadowHost(t *testing.T, conf string, real string) (prelude, claude string) {
+func shadowHost(t testing.TB, conf string, real string) (prelude, claude string) {
 	t.Helper()
 	bin := testutil.Build(t, "./cmd/claude-sandbox")
 	dir := testutil.MkdirFor(t, 0)
@@ -51,6 +51,14 @@ func shadowHost(t *testing.T, conf string, real string) (prelude, claude string)
 	}
 	prelude = fmt.Sprintf("mount --bind %s /etc && mkdir -p /usr/libexec 2>/dev/null; mount --bind %s /usr/libexec", etc, libexec)
 	return prelude, claude
+}
+
+// shadowHostWith is shadowHost where the real binary is an existing host
+// file (bound, not copied: the real CLI is large).
+func shadowHostWith(t testing.TB, conf, realPath string) (prelude, claude string) {
+	t.Helper()
+	prelude, claude = shadowHost(t, conf, "#!/bin/sh\n")
+	return prelude + fmt.Sprintf(" && mount --bind %s /usr/libexec/claude-sandbox/claude", realPath), claude
 }
 
 // fakeClaude stands in for the real binary: it reports what it sees.
