@@ -95,8 +95,17 @@ func persistWarning(home string, lstat, stat func(string) (fs.FileInfo, error)) 
 	return dir + " is neither a symlink nor a mount point: Claude's state (login, memories, history) lives in the container and is lost when it is rebuilt"
 }
 
-// ClaudeArgs applies S3: --no-chrome first, every --chrome removed.
+// ClaudeArgs applies S3: --no-chrome first, every --chrome removed. A lone
+// --version or --help is left alone: it starts no session (so no browser
+// manifest can be written), and the real binary answers it on a fast path
+// (14 ms) that any extra argument turns into a full start (over 200 ms).
 func ClaudeArgs(args []string) []string {
+	if len(args) == 1 {
+		switch args[0] {
+		case "--version", "-v", "--help", "-h":
+			return []string{args[0]}
+		}
+	}
 	out := []string{"--no-chrome"}
 	for _, a := range args {
 		if a == "--chrome" || a == "--no-chrome" {
