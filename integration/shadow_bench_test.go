@@ -12,15 +12,12 @@ import (
 
 // realCLI returns the installed real Claude Code CLI, or "".
 func realCLI() string {
-	out, err := exec.Command("bash", testutil.RepoRoot()+"/scripts/install-claude-cli.sh", claudeCLICache).Output()
+	out, err := exec.Command("bash", testutil.RepoRoot()+"/scripts/install-claude-cli.sh", claudeCLIDir).Output()
 	if err != nil {
 		return ""
 	}
 	return strings.TrimSpace(string(out))
 }
-
-// claudeCLICache is where the tests keep the real CLI between runs.
-const claudeCLICache = "/var/cache/claude-sandbox-test/claude-cli"
 
 // BenchmarkShadowOverhead measures what the shadow adds to a launch:
 // `claude --version` through the shadow (egress jail on, in the lab

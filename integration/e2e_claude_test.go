@@ -1,0 +1,116 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claude-sandbox/claude-sandbox/integration/mockapi"
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+)
+
+// The real Claude Code CLI, launched as a plain `claude` through the shadow
+// with the egress jail on, in the lab network, driven by a mock Messages
+// API on a TEST-NET "internet" address. The mock makes the agent run Bash
+// commands, and reads back what they printed: the proof comes from inside
+// the agent's own tool execution.
+func TestClaudeEndToEnd(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	cli := claudeCLI(t)
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			l := newLab(t)
+			l.echoTCP(l.world, labDevice+":22")
+			const apiPort = "8080"
+			base := "http://" + labInternet + ":" + apiPort
+
+			home := testutil.MkdirFor(t, uid)
+			ws := filepath.Join(home, "project")
+			for _, d := range []string{".ssh", "project", ".config/Code"} {
+				if err := os.MkdirAll(filepath.Join(home, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(home, ".ssh", "id_test"), []byte("PRIVATE-KEY-MATERIAL"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := mockapi.WriteSettings(home, base, uid, uid); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home).CombinedOutput(); err != nil {
+				t.Fatalf("chown: %v %s", err, out)
+			}
+
+			script := []string{
+				`ls -A ~ | tr '\n' ' '`,
+				`cat ~/.ssh/id_test 2>&1; echo "GH=${GH_TOKEN:-unset}"`,
+				`echo "IS_SANDBOX=$IS_SANDBOX"`,
+				`touch /usr/claude-e2e 2>/dev/null && echo outside-written || echo outside-refused; touch ./e2e-inside && echo inside-ok`,
+				`timeout 5 bash -c 'echo > /dev/tcp/` + labDevice + `/22' 2>/dev/null && echo lab-open || echo lab-blocked`,
+				`timeout 5 bash -c 'echo > /dev/tcp/` + labInternet + `/` + apiPort + `' 2>/dev/null && echo api-open || echo api-blocked`,
+			}
+			srv := mockapi.New(script)
+			srv.Logf = t.Logf
+			var ln net.Listener
+			if err := inNetns(l.world, func() (err error) { ln, err = net.Listen("tcp", labInternet+":"+apiPort); return }); err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = srv.Serve(ln) }()
+			t.Cleanup(func() { srv.Close() })
+
+			prelude, claude := shadowHostWith(t, "", cli)
+			env := []string{"HOME=" + home, "USER=tester", "PATH=/usr/bin:/bin", "GH_TOKEN=ghp_host_secret", "TERM=dumb"}
+			inner := fmt.Sprintf("%s && mount -t tmpfs none /dev/net && mknod -m 666 /dev/net/tun c 10 200 && cd %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s -p 'Run the scripted commands.' --allowedTools Bash --dangerously-skip-permissions",
+				prelude, ws, uid, uid, strings.Join(env, " "), claude)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "ip", "netns", "exec", l.host, "sh", "-c", inner)
+			cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+			r := testutil.Run(t, cmd)
+			res := srv.Results()
+			t.Logf("tool results from inside the agent: %q", res)
+			if r.Code != 0 || len(res) != len(script) {
+				t.Fatalf("claude through the shadow: %v\nresults %q\npaths %q", r, res, srv.Paths())
+			}
+			for _, e := range strings.Fields(res[0]) {
+				switch e {
+				case ".claude", ".claude.json", ".config", ".local", ".gitconfig", ".netrc", ".Xauthority", ".ICEauthority", "project", ".cache":
+				default:
+					t.Errorf("the agent's home holds %q, not on the allowlist (%q)", e, res[0])
+				}
+			}
+			if strings.Contains(res[1], "PRIVATE-KEY-MATERIAL") || !strings.Contains(res[1], "GH=unset") {
+				t.Errorf("host secrets visible to the agent: %q", res[1])
+			}
+			if !strings.Contains(res[2], "IS_SANDBOX=1") {
+				t.Errorf("sandbox marker: %q", res[2])
+			}
+			if !strings.Contains(res[3], "outside-refused") || !strings.Contains(res[3], "inside-ok") {
+				t.Errorf("writes: %q", res[3])
+			}
+			if _, err := os.Stat(filepath.Join(ws, "e2e-inside")); err != nil {
+				t.Errorf("the agent's workspace write did not land on the host: %v", err)
+			}
+			if _, err := os.Stat("/usr/claude-e2e"); err == nil {
+				os.Remove("/usr/claude-e2e")
+				t.Error("the agent wrote under /usr on the host")
+			}
+			if !strings.Contains(res[4], "lab-blocked") {
+				t.Errorf("the lab device: %q, want blocked", res[4])
+			}
+			if !strings.Contains(res[5], "api-open") {
+				t.Errorf("the API host itself: %q, want reachable", res[5])
+			}
+			if !strings.Contains(r.Stderr, "blocked") || !strings.Contains(r.Stderr, labDevice) {
+				t.Errorf("the launch's block summary does not name the lab device: %q", r.Stderr)
+			}
+		})
+	}
+}
