@@ -28,6 +28,10 @@ fi
 
 step "modules"
 go mod download
+if [ "$(id -u)" = 0 ]; then
+  step "the real Claude Code CLI (npm), for the end-to-end tests"
+  bash scripts/install-claude-cli.sh /var/cache/claude-sandbox-test/claude-cli >/dev/null
+fi
 if ! command -v staticcheck >/dev/null; then
   go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 fi
@@ -49,5 +53,6 @@ if ldd bin/claude-sandbox >/dev/null 2>&1; then echo "bin/claude-sandbox is not 
 step "tests (race detector on)"
 go test -race -count=1 ./...
 
-step "launch benchmark (figures only)"
-go test -run '^$' -bench 'BenchmarkLaunch' -benchtime 200x -count 1 ./integration/
+step "benchmarks (figures only)"
+go test -run '^$' -bench 'BenchmarkLaunch$' -benchtime 200x -count 1 ./integration/
+go test -run '^$' -bench 'BenchmarkShadowOverhead$' -benchtime 3x -count 1 ./integration/
