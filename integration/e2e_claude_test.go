@@ -114,3 +114,25 @@ func TestClaudeEndToEnd(t *testing.T) {
 		})
 	}
 }
+
+// `claude --version` through the shadow prints the real binary's version.
+func TestClaudeVersionThroughShadow(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	cli := claudeCLI(t)
+	l := newLab(t)
+	direct, err := exec.Command(cli, "--version").Output()
+	if err != nil || !strings.Contains(string(direct), "Claude Code") {
+		t.Fatalf("the real CLI's own --version: %q %v", direct, err)
+	}
+	prelude, claude := shadowHostWith(t, "", cli)
+	home := testutil.MkdirFor(t, 0)
+	ws := testutil.MkdirFor(t, 0)
+	inner := fmt.Sprintf("%s && mount -t tmpfs none /dev/net && mknod -m 666 /dev/net/tun c 10 200 && cd %s && HOME=%s exec %s --version", prelude, ws, home, claude)
+	cmd := exec.Command("ip", "netns", "exec", l.host, "sh", "-c", inner)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	r := testutil.Run(t, cmd)
+	if r.Code != 0 || r.Stdout != string(direct) {
+		t.Errorf("claude --version through the shadow: %v; want %q", r, direct)
+	}
+}

@@ -16,6 +16,7 @@ package mounts
 import (
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 )
 
@@ -55,12 +56,28 @@ type Op struct {
 	Src  string `json:"src,omitempty"`
 	Dst  string `json:"dst"`
 	// Mode is the permission bits of a tmpfs root or a File.
-	Mode uint32 `json:"mode,omitempty"`
+	Mode Mode `json:"mode,omitempty"`
 	// Data is the content of a File.
 	Data string `json:"data,omitempty"`
 	// Optional makes a missing Src a skip instead of an error (the
 	// --bind-try and --ro-bind-try forms).
 	Optional bool `json:"optional,omitempty"`
+}
+
+// Mode is a permission mode, written in octal in JSON ("1777").
+type Mode uint32
+
+// MarshalText writes the mode in octal.
+func (m Mode) MarshalText() ([]byte, error) { return []byte(fmt.Sprintf("%04o", uint32(m))), nil }
+
+// UnmarshalText reads an octal mode.
+func (m *Mode) UnmarshalText(b []byte) error {
+	v, err := strconv.ParseUint(string(b), 8, 32)
+	if err != nil || v > 0o7777 {
+		return fmt.Errorf("mode %q: want octal permission bits like 0755", b)
+	}
+	*m = Mode(v)
+	return nil
 }
 
 // HasSource reports whether the kind reads a host path.

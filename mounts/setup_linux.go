@@ -130,7 +130,7 @@ func (b *builder) apply(op Op) error {
 	case Proc:
 		return b.proc(op.Dst)
 	case Tmpfs:
-		return b.tmpfs(op.Dst, op.Mode, 0, "tmpfs")
+		return b.tmpfs(op.Dst, uint32(op.Mode), 0, "tmpfs")
 	case Bind, ROBind:
 		return b.bind(op)
 	case Mask:

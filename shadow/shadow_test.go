@@ -1,7 +1,11 @@
 package shadow
 
 import (
+	"encoding/json"
+	"flag"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -327,5 +331,37 @@ func TestPersistWarning(t *testing.T) {
 	h["/home/u/.claude"] = entry{dir: true, dev: 7}
 	if l, _ := build(t, inputs(h)); l.PersistWarning != "" {
 		t.Errorf("a mounted ~/.claude warned: %s", l.PersistWarning)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// The whole plan of a typical launch, as `claude-sandbox plan --json
+// --shadow` prints it, held as golden text: any change to what the shadow
+// asks of the engine shows up in review.
+func TestPlanGolden(t *testing.T) {
+	in := inputs(fullHost(), "--chrome", "-p", "fix the bug")
+	in.Config.AllowIP = nil
+	in.Config.PassEnv = []string{"EPICS_CA_ADDR_LIST"}
+	_, p := build(t, in)
+	got, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "plan.golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, append(got, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) != string(got)+"\n" {
+		t.Errorf("plan differs from %s (go test ./shadow -update if intended):\n%s", path, got)
 	}
 }

@@ -118,7 +118,7 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 			}
 			op := mounts.Op{Kind: mounts.Kind(strings.TrimPrefix(name, "--")), Dst: v}
 			if op.Kind == mounts.Tmpfs && havePerms {
-				op.Mode, havePerms = perms, false
+				op.Mode, havePerms = mounts.Mode(perms), false
 			}
 			r.opts.Ops = append(r.opts.Ops, op)
 		case "--perms":
