@@ -2,7 +2,7 @@
 # Build the static binary and show, from inside a sandbox, what it isolates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CGO_ENABLED=0 GOTOOLCHAIN=local go build -o bin/claude-sandbox ./cmd/claude-sandbox
+CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags="-s -w" -o bin/claude-sandbox ./cmd/claude-sandbox
 echo "built bin/claude-sandbox; running a shell inside it:"
 echo
 exec bin/claude-sandbox run --net=none --keep-env HOME --bind "$PWD" "$PWD" -- /bin/sh -c '

@@ -47,7 +47,7 @@ step "staticcheck"
 staticcheck ./...
 
 step "build (static, CGO off)"
-CGO_ENABLED=0 go build -o bin/claude-sandbox ./cmd/claude-sandbox
+CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o bin/claude-sandbox ./cmd/claude-sandbox
 if ldd bin/claude-sandbox >/dev/null 2>&1; then echo "bin/claude-sandbox is not static"; exit 1; fi
 
 step "tests (race detector on)"

