@@ -145,6 +145,13 @@ func TestJailGatewayAndIPv6(t *testing.T) {
 // private ranges stay blocked after the attempts.
 func TestJailRoutesImmutable(t *testing.T) {
 	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		// Order: the command's very first look finds the routes in place
+		// (blocks to the sink, the default to the TUN).
+		bin := testutil.Build(t, "./cmd/claude-sandbox")
+		r := testutil.Run(t, l.jailCmd(uid, bin, "run", "--", "/bin/sh", "-c", "awk '$1==\"blk0\"{b++} $1==\"tun0\" && $2==\"00000000\"{d++} END{print b+0, d+0}' /proc/net/route"))
+		if f := strings.Fields(r.Stdout); r.Code != 0 || len(f) != 2 || f[0] == "0" || f[1] != "1" {
+			t.Errorf("routes seen by the command at its start: %v; want blocks to blk0 and one default via tun0", r)
+		}
 		l.echoTCP(l.world, labDevice+":22")
 		attempts := [][]string{
 			{"route-del-default"},

@@ -22,13 +22,19 @@ import (
 //	launcher --clone(NEWUSER|NEWNET)--> holder --clone(NEWUSER|NEWNS|...)--> init
 //
 // Order (each step must succeed, or the launch stops):
-//  1. open /dev/net/tun, create the jail's TUN links (the egress device and
+//  1. start init in the nested namespaces, with the launcher's channels:
+//     it builds the filesystem view meanwhile, but does not start the
+//     command until the launcher says "go";
+//  2. open /dev/net/tun, create the jail's TUN links (the egress device and
 //     the sink for blocked ranges), pass their fds to the launcher;
-//  2. apply the route plan: lo up, TUN addressed and up, blackholes,
-//     unreachables, default route and punches (punch failures are warnings);
-//  3. wait until the launcher says the userstack is attached;
-//  4. start init, hand it the launcher's channels, forward signals to it,
-//     and exit with its status.
+//  3. apply the route plan: lo up, TUN addressed and up, blocks to the
+//     sink, default route and punches (punch failures are warnings);
+//     report "routes locked";
+//  4. forward signals to init, and exit with its status.
+//
+// The launcher sends init "go" only after the routes are locked and its
+// userstack is attached, so the command never runs in a half-built jail;
+// if the holder fails, init dies with it (parent-death signal).
 
 // initChanFD is where the holder receives the launcher's channel for init;
 // it becomes init's stageFD.
@@ -37,7 +43,7 @@ const initChanFD = 5
 // Messages only the holder and launcher exchange.
 const (
 	msgRoutesLocked msgKind = "routes-locked" // holder -> launcher
-	msgAttached     msgKind = "attached"      // launcher -> holder
+	msgGo           msgKind = "go"            // launcher -> init: the jail is ready
 	msgInitStarted  msgKind = "init-started"  // holder -> launcher
 )
 
@@ -58,7 +64,7 @@ func runHolder(ch *channel, start message) int {
 	return code
 }
 
-func holder(ch *channel, start message) (int, error) {
+func holder(ch *channel, start message) (code int, err error) {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("set parent-death signal: %w", err)
 	}
@@ -68,6 +74,36 @@ func holder(ch *channel, start message) (int, error) {
 	if len(start.Devices) == 0 {
 		return 0, errors.New("holder started without a TUN device to create")
 	}
+	// init starts at once and builds the sandbox's filesystem while the
+	// jail is set up here; it starts the command only when the launcher
+	// says go, after the routes are locked and the stack attached.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
+	initChan := os.NewFile(initChanFD, "init-channel")
+	fdChan := os.NewFile(ptyFD, "fd-channel")
+	cmd, err := stageCommand(start.CloneInit, os.Getuid(), os.Getgid(), []*os.File{initChan, fdChan}, os.Stdin, os.Stdout, os.Stderr)
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, explainCloneError(err)
+	}
+	// If the jail cannot be completed, init goes first: it may not have
+	// armed its parent-death signal yet, and must not outlive us.
+	defer func() {
+		if err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	initChan.Close()
+	_ = ch.send(message{Kind: msgInitStarted, PID: cmd.Process.Pid})
+	go func() {
+		for s := range sigs {
+			_ = cmd.Process.Signal(s)
+		}
+	}()
+
 	for _, name := range start.Devices {
 		tun, err := openTUN(name)
 		if err != nil {
@@ -79,6 +115,7 @@ func holder(ch *channel, start message) (int, error) {
 			return 0, fmt.Errorf("pass the TUN device to the launcher: %w", err)
 		}
 	}
+	fdChan.Close()
 	nl, err := routes.OpenNetlink()
 	if err != nil {
 		return 0, err
@@ -100,30 +137,6 @@ func holder(ch *channel, start message) (int, error) {
 	if err := ch.send(message{Kind: msgRoutesLocked}); err != nil {
 		return 0, err
 	}
-	m, err := ch.recv()
-	if err != nil || m.Kind != msgAttached {
-		return 0, fmt.Errorf("the launcher did not attach the userstack (%v)", err)
-	}
-
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
-	initChan := os.NewFile(initChanFD, "init-channel")
-	fdChan := os.NewFile(ptyFD, "fd-channel")
-	cmd, err := stageCommand(start.CloneInit, os.Getuid(), os.Getgid(), []*os.File{initChan, fdChan}, os.Stdin, os.Stdout, os.Stderr)
-	if err != nil {
-		return 0, err
-	}
-	if err := cmd.Start(); err != nil {
-		return 0, explainCloneError(err)
-	}
-	initChan.Close()
-	fdChan.Close()
-	_ = ch.send(message{Kind: msgInitStarted, PID: cmd.Process.Pid})
-	go func() {
-		for s := range sigs {
-			_ = cmd.Process.Signal(s)
-		}
-	}()
 	go watchLauncher(ch)
 	_ = cmd.Wait()
 	return exitCode(cmd.ProcessState), nil

@@ -126,6 +126,14 @@ func initSandbox(ch *channel, start message) (int, error) {
 	if err := installTTYFilter(); err != nil {
 		return 0, err
 	}
+	if start.WaitGo {
+		// The jail's routes and stack are being set up meanwhile; the
+		// command runs only once the launcher has seen both done.
+		m, err := ch.recv()
+		if err != nil || m.Kind != msgGo {
+			return 0, fmt.Errorf("the egress jail was not completed (%v)", err)
+		}
+	}
 	// Looked up only now, with no privilege left, so it sees what the
 	// command will see.
 	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}

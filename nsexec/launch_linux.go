@@ -104,14 +104,43 @@ type launch struct {
 	initParent, initChild *os.File // JSON channel with init
 	fdParent, fdChild     *os.File // SEQPACKET: tagged fds (TUN, pty master)
 	holderParent          *os.File // JSON channel with the holder (jail only)
+	hch                   *channel
 	cmd                   *exec.Cmd
 	term                  *terminal
 	attached              bool
+	fds                   map[byte][]*os.File // received, not yet claimed
+}
+
+// receive returns the next descriptor tagged tag from the fd channel; the
+// holder (TUN links) and init (the pty) both send on it, in any order.
+func (l *launch) receive(tag byte) (*os.File, error) {
+	if q := l.fds[tag]; len(q) > 0 {
+		l.fds[tag] = q[1:]
+		return q[0], nil
+	}
+	for {
+		t, f, err := receiveFD(l.fdParent)
+		if err != nil {
+			return nil, err
+		}
+		if t == tag {
+			return f, nil
+		}
+		if l.fds == nil {
+			l.fds = map[byte][]*os.File{}
+		}
+		l.fds[t] = append(l.fds[t], f)
+	}
 }
 
 func (l *launch) closeAll() {
 	for _, f := range []*os.File{l.initParent, l.initChild, l.fdParent, l.fdChild, l.holderParent} {
 		if f != nil {
+			f.Close()
+		}
+	}
+	for _, q := range l.fds {
+		for _, f := range q {
 			f.Close()
 		}
 	}
@@ -179,12 +208,21 @@ func (l *launch) start() (int, error) {
 	l.initChild, l.fdChild = nil, nil
 
 	ch := newChannel(l.initParent)
-	start := message{Kind: msgStart, Stage: "init", Plan: p, TTY: useTTY}
+	start := message{Kind: msgStart, Stage: "init", Plan: p, TTY: useTTY, WaitGo: p.Net == plan.NetJail}
 	if l.term != nil {
 		start.Winsize, start.Termios = l.term.state()
 	}
 	if err := ch.send(start); err != nil {
 		return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", err))
+	}
+	if p.Net == plan.NetJail {
+		// init builds the filesystem view while the jail is completed.
+		if code, err := l.completeJail(); err != nil {
+			return code, err
+		}
+		// If init already failed, this send fails too; its error message
+		// is read below.
+		_ = ch.send(message{Kind: msgGo})
 	}
 	for {
 		m, err := ch.recv()
@@ -210,8 +248,8 @@ func (l *launch) start() (int, error) {
 		break
 	}
 	if l.term != nil {
-		tag, master, err := receiveFD(l.fdParent)
-		if err != nil || tag != fdTagPTY {
+		master, err := l.receive(fdTagPTY)
+		if err != nil {
 			return l.abort(fmt.Errorf("receive the sandbox's terminal: %v", err))
 		}
 		l.term.master = master
@@ -242,89 +280,78 @@ func (l *launch) startHolder() (int, error) {
 	holderChild.Close()
 	l.fdChild.Close()
 	l.fdChild = nil
-	hch := newChannel(holderParent)
+	l.hch = newChannel(holderParent)
 	rp := o.Jail.Routes()
-	initFlags := initCloneFlags(p)
-	devices := o.Jail.Devices()
-	if err := hch.send(message{Kind: msgStart, Stage: "holder", Routes: &rp, Devices: devices, CloneInit: initFlags}); err != nil {
+	if err := l.hch.send(message{Kind: msgStart, Stage: "holder", Routes: &rp, Devices: o.Jail.Devices(), CloneInit: initCloneFlags(p)}); err != nil {
 		return l.abort(fmt.Errorf("start the jail: %w", err))
 	}
-	// The holder's error, if it fails, arrives on its channel; the TUN fd
-	// (on success) on the fd channel.
-	holderFailed := func(fallback error) (int, error) {
-		for {
-			m, err := hch.recv()
-			if err != nil {
-				break
-			}
-			if m.Kind == msgWarning {
-				o.Warn(m.Text)
-			}
-			if m.Kind == msgError {
-				_ = l.cmd.Wait()
-				return ExitSetup, errors.New(m.Text)
-			}
+	return 0, nil
+}
+
+// holderFailed reports why the holder ended: its error message if it sent
+// one, else fallback.
+func (l *launch) holderFailed(fallback error) (int, error) {
+	for {
+		m, err := l.hch.recv()
+		if err != nil {
+			break
 		}
-		return l.abort(fallback)
+		if m.Kind == msgWarning {
+			l.o.Warn(m.Text)
+		}
+		if m.Kind == msgError {
+			_ = l.cmd.Wait()
+			return ExitSetup, errors.New(m.Text)
+		}
 	}
+	return l.abort(fallback)
+}
+
+// completeJail receives the jail's TUN links, waits for the holder's
+// routes to be locked, and attaches the userstack.
+func (l *launch) completeJail() (int, error) {
 	var tuns []*os.File
 	defer func() {
 		for _, f := range tuns {
 			f.Close()
 		}
 	}()
-	for range devices {
-		tag, tun, err := receiveFD(l.fdParent)
-		if err != nil || tag != fdTagTUN {
-			return holderFailed(fmt.Errorf("egress jail: no TUN device from the holder (%v)", err))
+	for range l.o.Jail.Devices() {
+		tun, err := l.receive(fdTagTUN)
+		if err != nil {
+			return l.holderFailed(fmt.Errorf("egress jail: no TUN device from the holder (%v)", err))
 		}
 		tuns = append(tuns, tun)
 	}
-	for {
-		m, err := hch.recv()
+	for locked := false; !locked; {
+		m, err := l.hch.recv()
 		if err != nil {
-			return holderFailed(fmt.Errorf("egress jail: the holder ended while locking routes (%v)", err))
-		}
-		if m.Kind == msgWarning {
-			o.Warn(m.Text)
-			continue
-		}
-		if m.Kind == msgError {
-			_ = l.cmd.Wait()
-			return ExitSetup, errors.New(m.Text)
-		}
-		if m.Kind == msgRoutesLocked {
-			break
-		}
-	}
-	if err := o.Jail.Attach(tuns); err != nil {
-		return l.abort(fmt.Errorf("egress jail: the userstack cannot attach to the TUN device: %v; %s", err, tunFixes))
-	}
-	l.attached = true
-	if err := hch.send(message{Kind: msgAttached}); err != nil {
-		return holderFailed(fmt.Errorf("egress jail: %w", err))
-	}
-	for {
-		m, err := hch.recv()
-		if err != nil {
-			return holderFailed(fmt.Errorf("egress jail: the holder ended before starting the sandbox (%v)", err))
+			return l.holderFailed(fmt.Errorf("egress jail: the holder ended while locking routes (%v)", err))
 		}
 		switch m.Kind {
 		case msgWarning:
-			o.Warn(m.Text)
+			l.o.Warn(m.Text)
 		case msgError:
 			_ = l.cmd.Wait()
-			return m.Code, errors.New(m.Text)
-		case msgInitStarted:
-			// Keep the holder's channel open: closing it tells the holder
-			// the launcher is gone.
-			return 0, nil
+			return ExitSetup, errors.New(m.Text)
+		case msgRoutesLocked:
+			locked = true
 		}
 	}
+	if err := l.o.Jail.Attach(tuns); err != nil {
+		return l.abort(fmt.Errorf("egress jail: the userstack cannot attach to the TUN device: %v; %s", err, tunFixes))
+	}
+	l.attached = true
+	return 0, nil
 }
 
-// abort kills the stage and reports err.
+// abort kills the stage and reports err. Closing init's channel first
+// ends an init that has not armed its parent-death signal yet.
 func (l *launch) abort(err error) (int, error) {
+	if l.initParent != nil {
+		l.initParent.Close()
+		l.initParent = nil
+	}
 	if l.cmd != nil && l.cmd.Process != nil {
 		_ = l.cmd.Process.Kill()
 		_ = l.cmd.Wait()

@@ -45,6 +45,9 @@ type message struct {
 	Code  int        `json:"code,omitempty"`
 	PID   int        `json:"pid,omitempty"`
 	TTY   bool       `json:"tty,omitempty"`
+	// WaitGo makes init wait for a "go" message before it starts the
+	// command (the egress jail is still being built).
+	WaitGo bool `json:"waitGo,omitempty"`
 	// With TTY: the host terminal's size and settings, for the pty that
 	// init opens inside the sandbox's own devpts.
 	Winsize *unix.Winsize `json:"winsize,omitempty"`
