@@ -54,14 +54,7 @@ const (
 )
 
 func runHolder(ch *channel, start message) int {
-	code, err := holder(ch, start)
-	if err != nil {
-		se := &stageError{code: ExitSetup, err: err}
-		errors.As(err, &se)
-		_ = ch.send(message{Kind: msgError, Text: se.err.Error(), Code: se.code})
-		return se.code
-	}
-	return code
+	return reportStage(ch)(holder(ch, start))
 }
 
 func holder(ch *channel, start message) (code int, err error) {

@@ -69,14 +69,21 @@ func fail(code int, format string, a ...any) error {
 
 // runInit is PID 1 of the sandbox. It never returns while the command runs.
 func runInit(ch *channel, start message) int {
-	code, err := initSandbox(ch, start)
-	if err != nil {
+	return reportStage(ch)(initSandbox(ch, start))
+}
+
+// reportStage returns a function that turns a stage's result into its exit
+// status, telling the parent why when it failed.
+func reportStage(ch *channel) func(int, error) int {
+	return func(code int, err error) int {
+		if err == nil {
+			return code
+		}
 		se := &stageError{code: ExitSetup, err: err}
 		errors.As(err, &se)
 		_ = ch.send(message{Kind: msgError, Text: se.err.Error(), Code: se.code})
 		return se.code
 	}
-	return code
 }
 
 func initSandbox(ch *channel, start message) (int, error) {

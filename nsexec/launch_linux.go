@@ -186,21 +186,13 @@ func (l *launch) start() (int, error) {
 	if useTTY {
 		l.term = &terminal{host: o.Stdin}
 	}
-	var err error
 	if p.Net == plan.NetJail {
 		if code, err := l.startHolder(); err != nil {
 			return code, err
 		}
 	} else {
-		l.cmd, err = stageCommand(initCloneFlags(p), p.UID, p.GID, []*os.File{l.initChild, l.fdChild}, o.Stdin, o.Stdout, o.Stderr)
-		if err != nil {
+		if err := l.startStage(initCloneFlags(p), l.initChild, l.fdChild); err != nil {
 			return ExitSetup, err
-		}
-		// The launcher maps the caller's host ids to the plan's.
-		l.cmd.SysProcAttr.UidMappings[0].HostID = os.Getuid()
-		l.cmd.SysProcAttr.GidMappings[0].HostID = os.Getgid()
-		if err := l.cmd.Start(); err != nil {
-			return ExitSetup, explainCloneError(err)
 		}
 	}
 	l.initChild.Close()
@@ -257,6 +249,23 @@ func (l *launch) start() (int, error) {
 	return 0, nil
 }
 
+// startStage starts the launcher's direct child stage (init, or the
+// holder) in new namespaces with the given clone flags; extra become its
+// fds 3, 4, ... The caller's host ids map to the plan's.
+func (l *launch) startStage(flags uintptr, extra ...*os.File) error {
+	cmd, err := stageCommand(flags, l.p.UID, l.p.GID, extra, l.o.Stdin, l.o.Stdout, l.o.Stderr)
+	if err != nil {
+		return err
+	}
+	cmd.SysProcAttr.UidMappings[0].HostID = os.Getuid()
+	cmd.SysProcAttr.GidMappings[0].HostID = os.Getgid()
+	if err := cmd.Start(); err != nil {
+		return explainCloneError(err)
+	}
+	l.cmd = cmd
+	return nil
+}
+
 // startHolder starts the jail's holder stage and attaches the userstack to
 // its TUN device; on success init is running inside the jail.
 func (l *launch) startHolder() (int, error) {
@@ -268,14 +277,8 @@ func (l *launch) startHolder() (int, error) {
 	l.holderParent = holderParent
 	defer holderChild.Close()
 	// fds: 3 holder channel, 4 fd channel, 5 init's channel (initChanFD).
-	l.cmd, err = stageCommand(unix.CLONE_NEWUSER|unix.CLONE_NEWNET, p.UID, p.GID, []*os.File{holderChild, l.fdChild, l.initChild}, o.Stdin, o.Stdout, o.Stderr)
-	if err != nil {
+	if err := l.startStage(unix.CLONE_NEWUSER|unix.CLONE_NEWNET, holderChild, l.fdChild, l.initChild); err != nil {
 		return ExitSetup, err
-	}
-	l.cmd.SysProcAttr.UidMappings[0].HostID = os.Getuid()
-	l.cmd.SysProcAttr.GidMappings[0].HostID = os.Getgid()
-	if err := l.cmd.Start(); err != nil {
-		return ExitSetup, explainCloneError(err)
 	}
 	holderChild.Close()
 	l.fdChild.Close()

@@ -229,6 +229,15 @@ func (st *Stack) setOptions() error {
 		{"send buffer", tcp.ProtocolNumber, &tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}},
 		// Let the receive window grow with the application's reads.
 		{"moderate receive buffer", tcp.ProtocolNumber, ptr(tcpip.TCPModerateReceiveBufferOption(true))},
+		// A short TIME_WAIT. When the remote end closes first, the stack's
+		// endpoint is the one left in TIME_WAIT, and a new SYN for the
+		// same four-tuple is dropped while it lasts (the forwarder is no
+		// listener to hand it to): with the default 60 s, a client that
+		// reuses its source port stalled after a few thousand
+		// connections. TIME_WAIT guards against stray old segments on a
+		// real network; the TUN hop has none. The sandbox's kernel keeps
+		// its own TIME_WAIT for its side.
+		{"TIME_WAIT timeout", tcp.ProtocolNumber, ptr(tcpip.TCPTimeWaitTimeoutOption(time.Second))},
 	}
 	for _, o := range opts {
 		if err := tcpipErr(o.name, s.SetTransportProtocolOption(o.proto, o.opt)); err != nil {

@@ -1,0 +1,537 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+)
+
+// The workload every egress path runs, in one launch of the client
+// (integration/netbench) per path. Bulk transfers stop at netbenchBytes or
+// after netbenchSecs, whichever comes first.
+const (
+	netbenchBytes  = 64 << 30
+	netbenchSecs   = "3"
+	netbenchRR     = "3000"
+	netbenchCPS    = "2000"
+	netbenchUDPRR  = "3000"
+	netbenchIdleMS = "800"
+	// netbenchMTU is the jail's MTU (routes.DefaultMTU); pasta and
+	// slirp4netns are configured with the same.
+	netbenchMTU = "65520"
+	// nbPathTimeout bounds one path's whole run.
+	nbPathTimeout = 60 * time.Second
+)
+
+// Ports of the benchmark's servers on labInternet, in the world namespace.
+const (
+	nbSink   = "5001" // discards, then answers the byte count
+	nbSource = "5002" // writes as many bytes as asked for
+	nbEcho   = "5003" // 1-byte TCP echo
+	nbGreet  = "5004" // writes 1 byte, waits for the client's close
+	nbGreetC = "5006" // writes 1 byte and closes first
+	nbUDP    = "5005" // datagram echo
+)
+
+// ensureNetPeers installs Debian's passt (pasta) and slirp4netns when they
+// are missing (root only), and returns their paths.
+func ensureNetPeers(b *testing.B) (pasta, slirp string) {
+	var missing []string
+	for _, p := range [][2]string{{"pasta", "passt"}, {"slirp4netns", "slirp4netns"}} {
+		if _, err := exec.LookPath(p[0]); err != nil {
+			missing = append(missing, p[1])
+		}
+	}
+	if len(missing) > 0 {
+		if os.Geteuid() != 0 {
+			b.Skipf("needs root to install %v with apt-get", missing)
+		}
+		for _, args := range [][]string{{"update", "-qq"}, append([]string{"install", "-y", "-qq"}, missing...)} {
+			cmd := exec.Command("apt-get", args...)
+			cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Skipf("cannot install %v: apt-get %v: %v\n%s", missing, args, err, out)
+			}
+		}
+	}
+	var err error
+	if pasta, err = exec.LookPath("pasta"); err != nil {
+		b.Fatal("passt installed but pasta not found")
+	}
+	if slirp, err = exec.LookPath("slirp4netns"); err != nil {
+		b.Fatal("slirp4netns installed but not found")
+	}
+	return pasta, slirp
+}
+
+// benchServe accepts TCP connections on addr in namespace ns and hands
+// each to serve.
+func (l *lab) benchServe(b *testing.B, ns, addr string, serve func(c *net.TCPConn)) {
+	var ln net.Listener
+	if err := inNetns(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return }); err != nil {
+		b.Fatalf("listen tcp %s in %s: %v", addr, ns, err)
+	}
+	l.track(ln)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c.(*net.TCPConn))
+			}()
+		}
+	}()
+}
+
+// benchServers starts the benchmark's servers on labInternet in the world.
+func (l *lab) benchServers(b *testing.B) {
+	at := func(port string) string { return net.JoinHostPort(labInternet, port) }
+	l.benchServe(b, l.world, at(nbSink), func(c *net.TCPConn) {
+		n, _ := io.CopyBuffer(io.Discard, c, make([]byte, 256<<10))
+		var cnt [8]byte
+		binary.BigEndian.PutUint64(cnt[:], uint64(n))
+		_, _ = c.Write(cnt[:])
+	})
+	l.benchServe(b, l.world, at(nbSource), func(c *net.TCPConn) {
+		var req [8]byte
+		if _, err := io.ReadFull(c, req[:]); err != nil {
+			return
+		}
+		left := int64(binary.BigEndian.Uint64(req[:]))
+		buf := make([]byte, 256<<10)
+		for left > 0 {
+			n, err := c.Write(buf[:min(int64(len(buf)), left)])
+			left -= int64(n)
+			if err != nil {
+				return
+			}
+		}
+	})
+	l.benchServe(b, l.world, at(nbEcho), func(c *net.TCPConn) {
+		buf := make([]byte, 1)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	})
+	l.benchServe(b, l.world, at(nbGreet), func(c *net.TCPConn) {
+		_, _ = c.Write([]byte{'!'})
+		_, _ = io.Copy(io.Discard, c)
+	})
+	l.benchServe(b, l.world, at(nbGreetC), func(c *net.TCPConn) {
+		_, _ = c.Write([]byte{'!'})
+	})
+	var pc net.PacketConn
+	if err := inNetns(l.world, func() (err error) { pc, err = net.ListenPacket("udp", at(nbUDP)); return }); err != nil {
+		b.Fatalf("listen udp in %s: %v", l.world, err)
+	}
+	l.track(pc)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(buf[:n], from)
+		}
+	}()
+}
+
+// nbResult is what one egress path measured.
+type nbResult struct {
+	up, down     float64 // Gbit/s
+	rr, rrP50    float64 // us
+	udp, udpP50  float64 // us
+	udpLost      float64
+	cps          float64 // connections/s, the client closes first
+	cpsFailed    float64 // connections not established within 1 s
+	cpsSrv       float64 // connections/s, the server closes first
+	cpsSrvFailed float64 // connections not established within 1 s
+	rssIdle      float64 // MiB, the proxy process, before any traffic
+	rssAfter     float64 // MiB, the proxy process, idle after the workload
+	rssPeak      float64 // MiB, the proxy process's VmHWM at the end
+	rssOf        string  // which process rss* measure
+}
+
+// procMiB reads a "Name:   N kB" field of /proc/PID/status, in MiB.
+func procMiB(pid int, field string) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}
+
+func procComm(pid int) string {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(data))
+}
+
+// nbPath is one egress path: start launches the client with steps (its
+// stdout already piped) and returns the pid of the process that carries
+// the path's packets (0: none, the kernel does) and a cleanup.
+type nbPath struct {
+	name  string
+	start func(b *testing.B, steps []string, stderr io.Writer) (cmd *exec.Cmd, stdout io.Reader, proxyPID func() int, done func())
+}
+
+// runPath runs the workload through one path and parses the client's lines.
+func runPath(b *testing.B, p nbPath, steps []string) nbResult {
+	var res nbResult
+	t0 := time.Now()
+	var stderr strings.Builder
+	cmd, stdout, proxyPID, done := p.start(b, steps, &stderr)
+	defer done()
+	// A path that hangs must not hang the benchmark: end its process
+	// group (the client and the proxy it started) after a minute.
+	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	watchdog := time.AfterFunc(nbPathTimeout, kill)
+	defer watchdog.Stop()
+	waited := false
+	defer func() {
+		if !waited { // a Fatal on the way: leave nothing running
+			kill()
+			_ = cmd.Wait()
+		}
+	}()
+	var lines []string
+	readies := 0
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		line := sc.Text()
+		lines = append(lines, line)
+		f := strings.Fields(line)
+		num := func(i int) float64 {
+			if i >= len(f) {
+				b.Fatalf("%s: short line %q", p.name, line)
+			}
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				b.Fatalf("%s: line %q: %v", p.name, line, err)
+			}
+			return v
+		}
+		switch {
+		case len(f) > 1 && f[1] == "err:":
+			b.Fatalf("%s: %s", p.name, line)
+		case line == "ready":
+			readies++
+			pid := proxyPID()
+			if pid == 0 {
+				continue
+			}
+			time.Sleep(300 * time.Millisecond)
+			rss, err := procMiB(pid, "VmRSS")
+			if err != nil {
+				b.Fatalf("%s: %v", p.name, err)
+			}
+			res.rssOf = fmt.Sprintf("pid %d (%s)", pid, procComm(pid))
+			if readies == 1 {
+				res.rssIdle = rss
+			} else {
+				res.rssAfter = rss
+				if res.rssPeak, err = procMiB(pid, "VmHWM"); err != nil {
+					b.Fatalf("%s: %v", p.name, err)
+				}
+			}
+		case f[0] == "up":
+			res.up = num(1)
+		case f[0] == "down":
+			res.down = num(1)
+		case f[0] == "rr":
+			res.rr, res.rrP50 = num(1), num(2)
+		case f[0] == "udprr":
+			res.udp, res.udpP50, res.udpLost = num(1), num(2), num(3)
+		case f[0] == "cps" && len(f) > 1 && strings.HasSuffix(f[1], ":"+nbGreetC):
+			res.cpsSrv, res.cpsSrvFailed = num(2), num(3)
+		case f[0] == "cps":
+			res.cps, res.cpsFailed = num(2), num(3)
+		}
+	}
+	err := cmd.Wait()
+	waited = true
+	if err != nil {
+		b.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", p.name, err, strings.Join(lines, "\n"), stderr.String())
+	}
+	if res.up == 0 || res.down == 0 || res.rr == 0 || res.udp == 0 || res.cps == 0 || res.cpsSrv == 0 {
+		b.Fatalf("%s: incomplete output:\n%s\nstderr:\n%s", p.name, strings.Join(lines, "\n"), stderr.String())
+	}
+	b.Logf("%s: %s in %v; RSS of %s", p.name, strings.Join(lines, "; "), time.Since(t0).Round(time.Millisecond), res.rssOf)
+	return res
+}
+
+// startPiped starts cmd in its own process group (so a watchdog can end
+// it and everything it started) with stdout piped.
+func startPiped(b *testing.B, cmd *exec.Cmd, stderr io.Writer) io.Reader {
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start %v: %v", cmd.Args, err)
+	}
+	return out
+}
+
+// netnsInode returns the inode of a network namespace file.
+func netnsInode(path string) uint64 {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// BenchmarkJailNetwork measures, in one run on the lab network, the
+// sandbox's egress through our jail (gVisor userstack on a TUN), through
+// pasta and through slirp4netns, plus the direct veth path as a ceiling:
+// bulk TCP upload and download, 1-byte TCP and 8-byte UDP round trips,
+// TCP connections per second, and the proxy process's resident memory.
+// Every packet stays in the lab's namespaces. Figures only, no assertion;
+// run with -benchtime 1x (each path runs once per b.N).
+func BenchmarkJailNetwork(b *testing.B) {
+	testutil.NeedsRoot(b)
+	testutil.NeedsUserNS(b)
+	testutil.NeedsTUN(b)
+	pasta, slirp := ensureNetPeers(b)
+	bin := testutil.Build(b, "./cmd/claude-sandbox")
+	client := testutil.Build(b, "./integration/netbench")
+	l := newLab(b)
+	l.benchServers(b)
+
+	at := func(port string) string { return net.JoinHostPort(labInternet, port) }
+	steps := []string{
+		"idle", netbenchIdleMS,
+		"rr", at(nbEcho), netbenchRR,
+		"udprr", at(nbUDP), netbenchUDPRR,
+		"up", at(nbSink), strconv.Itoa(netbenchBytes), netbenchSecs,
+		"down", at(nbSource), strconv.Itoa(netbenchBytes), netbenchSecs,
+		"cps", at(nbGreet), netbenchCPS,
+		"cps", at(nbGreetC), netbenchCPS,
+		"idle", netbenchIdleMS,
+	}
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/"}
+	noPID := func() int { return 0 }
+
+	paths := []nbPath{
+		{"direct", func(b *testing.B, steps []string, stderr io.Writer) (*exec.Cmd, io.Reader, func() int, func()) {
+			// The lab host namespace itself: veth and the kernel only.
+			cmd := exec.Command("ip", append([]string{"netns", "exec", l.host, client}, steps...)...)
+			cmd.Env, cmd.Dir = env, "/"
+			return cmd, startPiped(b, cmd, stderr), noPID, func() {}
+		}},
+		{"jail", func(b *testing.B, steps []string, stderr io.Writer) (*exec.Cmd, io.Reader, func() int, func()) {
+			// ip and sh exec into setpriv and claude-sandbox: the started
+			// pid is the launcher, which runs the userstack.
+			cmd := l.jailCmd(0, bin, append([]string{"run", "--net=jail", "--", client}, steps...)...)
+			out := startPiped(b, cmd, stderr)
+			return cmd, out, func() int { return cmd.Process.Pid }, func() {}
+		}},
+		{"pasta", func(b *testing.B, steps []string, stderr io.Writer) (*exec.Cmd, io.Reader, func() int, func()) {
+			// pasta refuses to stay root (it drops to nobody and then
+			// cannot map its user namespace), so it runs rootless, as its
+			// users run it: as uid 65534 with a /dev/net/tun of mode 0666.
+			pidFile := filepath.Join(testutil.MkdirFor(b, testutil.Nobody), "pasta.pid")
+			argv := []string{"--config-net", "-f", "-q", "-4", "--mtu", netbenchMTU,
+				"-t", "none", "-u", "none", "-T", "none", "-U", "none",
+				"-P", pidFile, "--", client}
+			cmd := l.jailCmd(testutil.Nobody, pasta, append(argv, steps...)...)
+			out := startPiped(b, cmd, stderr)
+			pid := func() int {
+				data, err := os.ReadFile(pidFile)
+				if err != nil {
+					b.Fatalf("pasta's pid file: %v", err)
+				}
+				n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+				if err != nil {
+					b.Fatalf("pasta's pid file: %q", data)
+				}
+				return n
+			}
+			return cmd, out, pid, func() {}
+		}},
+		{"slirp", func(b *testing.B, steps []string, stderr io.Writer) (*exec.Cmd, io.Reader, func() int, func()) {
+			// The client waits on stdin in its own user+network namespace
+			// until slirp4netns reports tap0 configured.
+			hostNS := netnsInode("/run/netns/" + l.host)
+			ourNS := netnsInode("/proc/self/ns/net")
+			argv := []string{"netns", "exec", l.host, "unshare", "--user", "--map-root-user", "--net", "--",
+				"sh", "-c", `read go && exec "$@"`, "sh", client}
+			cmd := exec.Command("ip", append(argv, steps...)...)
+			cmd.Env, cmd.Dir = env, "/"
+			gate, err := cmd.StdinPipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			out := startPiped(b, cmd, stderr)
+			target := cmd.Process.Pid
+			abort := func() { // before runPath's own clean-up is armed
+				_ = syscall.Kill(-target, syscall.SIGKILL)
+				_ = cmd.Wait()
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+				ino := netnsInode(fmt.Sprintf("/proc/%d/ns/net", target))
+				if ino != 0 && ino != hostNS && ino != ourNS {
+					break
+				}
+				if time.Now().After(deadline) {
+					abort()
+					b.Fatal("unshare did not create the client's network namespace")
+				}
+			}
+			ready, readyW, err := os.Pipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ready.Close()
+			s := exec.Command("ip", "netns", "exec", l.host, slirp,
+				"--configure", "--mtu="+netbenchMTU, "--disable-host-loopback",
+				"--ready-fd=3", strconv.Itoa(target), "tap0")
+			s.Env, s.Dir = env, "/"
+			var slog strings.Builder
+			s.Stdout, s.Stderr = &slog, &slog
+			s.ExtraFiles = []*os.File{readyW}
+			if err := s.Start(); err != nil {
+				b.Fatalf("start slirp4netns: %v", err)
+			}
+			readyW.Close()
+			stop := func() {
+				_ = s.Process.Kill()
+				_ = s.Wait()
+			}
+			_ = ready.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := ready.Read(make([]byte, 1)); err != nil {
+				stop()
+				abort()
+				b.Fatalf("slirp4netns not ready: %v\n%s", err, slog.String())
+			}
+			if _, err := io.WriteString(gate, "go\n"); err != nil {
+				b.Fatal(err)
+			}
+			gate.Close()
+			return cmd, out, func() int { return s.Process.Pid }, stop
+		}},
+	}
+
+	sums := make([]nbResult, len(paths))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j, p := range paths {
+			r := runPath(b, p, steps)
+			s := &sums[j]
+			s.up += r.up
+			s.down += r.down
+			s.rr += r.rr
+			s.rrP50 += r.rrP50
+			s.udp += r.udp
+			s.udpP50 += r.udpP50
+			s.udpLost += r.udpLost
+			s.cps += r.cps
+			s.cpsFailed += r.cpsFailed
+			s.cpsSrv += r.cpsSrv
+			s.cpsSrvFailed += r.cpsSrvFailed
+			s.rssIdle += r.rssIdle
+			s.rssAfter += r.rssAfter
+			s.rssPeak += r.rssPeak
+			s.rssOf = r.rssOf
+		}
+	}
+	b.StopTimer()
+	res := map[string]nbResult{}
+	for j, p := range paths {
+		s := sums[j]
+		n := float64(b.N)
+		res[p.name] = nbResult{up: s.up / n, down: s.down / n, rr: s.rr / n, rrP50: s.rrP50 / n,
+			udp: s.udp / n, udpP50: s.udpP50 / n, udpLost: s.udpLost / n, cps: s.cps / n, cpsFailed: s.cpsFailed / n,
+			cpsSrv: s.cpsSrv / n, cpsSrvFailed: s.cpsSrvFailed / n,
+			rssIdle: s.rssIdle / n, rssAfter: s.rssAfter / n, rssPeak: s.rssPeak / n, rssOf: s.rssOf}
+	}
+
+	for _, p := range paths {
+		r := res[p.name]
+		b.ReportMetric(r.up, p.name+"-up-Gbit/s")
+		b.ReportMetric(r.down, p.name+"-down-Gbit/s")
+		b.ReportMetric(r.rr, p.name+"-rr-us")
+		b.ReportMetric(r.udp, p.name+"-udprr-us")
+		b.ReportMetric(r.cps, p.name+"-conn/s")
+		b.ReportMetric(r.cpsFailed, p.name+"-conn-failed")
+		b.ReportMetric(r.cpsSrv, p.name+"-srvclose-conn/s")
+		b.ReportMetric(r.cpsSrvFailed, p.name+"-srvclose-failed")
+		if r.rssOf != "" {
+			b.ReportMetric(r.rssIdle, p.name+"-idle-RSS-MiB")
+			b.ReportMetric(r.rssPeak, p.name+"-peak-RSS-MiB")
+		}
+	}
+	// Ratios against the better of pasta and slirp4netns: above 1 means
+	// the jail is better for throughput and connection rate, worse for
+	// round trips.
+	best := func(get func(nbResult) float64, higher bool) float64 {
+		a, c := get(res["pasta"]), get(res["slirp"])
+		if (a > c) == higher {
+			return a
+		}
+		return c
+	}
+	j := res["jail"]
+	b.ReportMetric(j.up/best(func(r nbResult) float64 { return r.up }, true), "jail/best-up")
+	b.ReportMetric(j.down/best(func(r nbResult) float64 { return r.down }, true), "jail/best-down")
+	b.ReportMetric(j.rr/best(func(r nbResult) float64 { return r.rr }, false), "jail/best-rr")
+	b.ReportMetric(j.udp/best(func(r nbResult) float64 { return r.udp }, false), "jail/best-udprr")
+	b.ReportMetric(j.cps/best(func(r nbResult) float64 { return r.cps }, true), "jail/best-conn/s")
+	b.ReportMetric(j.cpsSrv/best(func(r nbResult) float64 { return r.cpsSrv }, true), "jail/best-srvclose-conn/s")
+	b.ReportMetric(0, "ns/op")
+
+	var tb strings.Builder
+	fmt.Fprintf(&tb, "\n| path | up Gbit/s | down Gbit/s | TCP RR us (p50) | UDP RR us (p50) | conn/s (failed) | conn/s, server closes (failed) | proxy RSS idle / after / peak MiB |\n")
+	fmt.Fprintf(&tb, "|---|---|---|---|---|---|---|---|\n")
+	for _, p := range paths {
+		r := res[p.name]
+		rss := "-"
+		if r.rssOf != "" {
+			rss = fmt.Sprintf("%.1f / %.1f / %.1f", r.rssIdle, r.rssAfter, r.rssPeak)
+		}
+		lost := ""
+		if r.udpLost > 0 {
+			lost = fmt.Sprintf(", %.0f lost", r.udpLost)
+		}
+		fmt.Fprintf(&tb, "| %s | %.2f | %.2f | %.1f (%.1f) | %.1f (%.1f%s) | %.0f (%.0f) | %.0f (%.0f) | %s |\n",
+			p.name, r.up, r.down, r.rr, r.rrP50, r.udp, r.udpP50, lost, r.cps, r.cpsFailed, r.cpsSrv, r.cpsSrvFailed, rss)
+	}
+	fmt.Fprintf(&tb, "\nMTU %s on every sandboxed path; bulk transfers %ss each way; %s TCP and %s UDP round trips; %s connections each way (connect, read a 1-byte greeting, close; the client closes first, or the server does; "+
+		"a connection not up within 1 s fails, and the step stops after 5 failures). "+
+		"RSS: the jail's launcher, pasta, slirp4netns (VmRSS while the client sleeps before and after the workload; VmHWM).\n",
+		netbenchMTU, netbenchSecs, netbenchRR, netbenchUDPRR, netbenchCPS)
+	b.Log(tb.String())
+}
