@@ -71,14 +71,6 @@ func hasIPv6Default() bool {
 	return false
 }
 
-func dupCloexec(f *os.File) (*os.File, error) {
-	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), "tun"), nil
-}
-
 // dupNonblock duplicates f as a non-blocking descriptor, so reads go
 // through Go's poller and Close interrupts a pending Read.
 func dupNonblock(f *os.File) (*os.File, error) {
@@ -90,5 +82,5 @@ func dupNonblock(f *os.File) (*os.File, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	return os.NewFile(uintptr(fd), "sink"), nil
+	return os.NewFile(uintptr(fd), "tun"), nil
 }

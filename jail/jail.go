@@ -8,9 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
-
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/routes"
 	"github.com/claude-sandbox/claude-sandbox/userstack"
@@ -38,7 +35,6 @@ type Jail struct {
 
 	mu     sync.Mutex
 	stack  *userstack.Stack
-	tun    *os.File
 	sink   *os.File
 	tally  netpolicy.Tally
 	log    *netpolicy.JSONLWriter
@@ -83,28 +79,15 @@ func (j *Jail) Attach(devs []*os.File) error {
 	if err != nil {
 		return err
 	}
-	fd, err := dupCloexec(devs[0])
+	fd, err := dupNonblock(devs[0])
 	if err != nil {
 		sinkDev.Close()
 		return err
 	}
-	j.tun, j.sink = fd, sinkDev
-	ep, err := fdbased.New(&fdbased.Options{
-		FDs: []int{int(fd.Fd())},
-		MTU: uint32(routes.DefaultMTU),
-		// Packets the kernel hands a TUN carry valid checksums or none
-		// needed: verifying them again in userspace is wasted work.
-		RXChecksumOffload: true,
-		ClosedFunc: func(e tcpip.Error) {
-			if e != nil {
-				j.fail(fmt.Errorf("TUN device closed: %v", e))
-			}
-		},
+	j.sink = sinkDev
+	ep := userstack.NewTUN(fd, uint32(routes.DefaultMTU), func(err error) {
+		j.fail(fmt.Errorf("TUN device: %v", err))
 	})
-	if err != nil {
-		fd.Close()
-		return fmt.Errorf("TUN endpoint: %w", err)
-	}
 	pol := j.setup.Policy
 	if j.opts.Policy != nil {
 		pol = j.opts.Policy
@@ -123,7 +106,7 @@ func (j *Jail) Attach(devs []*os.File) error {
 		Pinger:     userstack.HostPinger{},
 	})
 	if err != nil {
-		fd.Close()
+		ep.Close()
 		sinkDev.Close()
 		return err
 	}
@@ -162,9 +145,6 @@ func (j *Jail) Close() {
 		j.mu.Unlock()
 		if st != nil {
 			st.Close()
-		}
-		if j.tun != nil {
-			j.tun.Close()
 		}
 		if j.sink != nil {
 			j.sink.Close()

@@ -86,6 +86,7 @@ type Config struct {
 
 // Stack is a running userspace egress proxy.
 type Stack struct {
+	ep     stack.LinkEndpoint
 	cfg    Config
 	s      *stack.Stack
 	local  map[netip.Addr]bool
@@ -146,6 +147,7 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		HandleLocal: false,
 	})
 	st := &Stack{
+		ep:    ep,
 		cfg:   cfg,
 		s:     s,
 		local: local,
@@ -283,6 +285,9 @@ func (st *Stack) Close() {
 	// in CreateEndpoint; waiting first would wait for their timeouts
 	// (about two minutes of SYN-ACK retries).
 	st.s.Close()
+	// Stop the link before waiting: a reader blocked in the device would
+	// otherwise be waited for under the stack's lock (Stack.Wait).
+	st.ep.Close()
 	done := make(chan struct{})
 	go func() {
 		st.wg.Wait()
