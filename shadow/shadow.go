@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/claude-sandbox/claude-sandbox/guard"
 	"github.com/claude-sandbox/claude-sandbox/mounts"
 	"github.com/claude-sandbox/claude-sandbox/plan"
 )
@@ -214,6 +215,10 @@ func Build(in Inputs) (*Launch, error) {
 		}
 		ops = append(ops, mounts.Op{Kind: mounts.Bind, Src: p, Dst: p, Optional: true})
 	}
+
+	// The marker the integrity guard's gate looks for: a mount point only
+	// the sandbox's own mount namespace has (in the /tmp tmpfs).
+	ops = append(ops, mounts.Op{Kind: mounts.File, Dst: guard.Marker, Data: "claude-sandbox\n", Mode: 0o444})
 
 	// S6: the curated gitconfig, generated, read-only at the path
 	// GIT_CONFIG_GLOBAL names (inside the home tmpfs, so it needs no

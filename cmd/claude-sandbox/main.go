@@ -32,6 +32,8 @@ const mainHelp = `claude-sandbox: run commands (and the Claude Code CLI) in a ro
 Usage:
   claude-sandbox run [OPTIONS] [--] COMMAND [ARG...]   run COMMAND sandboxed
   claude-sandbox plan --json [OPTIONS] [--] COMMAND    print the plan, run nothing
+  claude-sandbox gate                                  the UserPromptSubmit hook: exit 2 outside the sandbox
+  claude-sandbox verify --hook                         the SessionStart hook: a warning when unwrapped
   claude-sandbox version                               print the version
   claude-sandbox help                                  this text
 
@@ -54,6 +56,14 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run", "plan":
 		return runOrPlan(args[0], args[1:], stdout, stderr)
+	case "gate":
+		return gateMain(stderr)
+	case "verify":
+		if len(args) == 2 && args[1] == "--hook" {
+			return verifyHookMain(stdout)
+		}
+		fmt.Fprintln(stderr, "claude-sandbox verify: only the SessionStart hook form exists so far: claude-sandbox verify --hook")
+		return 2
 	case "version", "--version":
 		fmt.Fprintln(stdout, "claude-sandbox", version)
 		return 0
