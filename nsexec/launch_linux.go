@@ -535,3 +535,7 @@ func (t *terminal) close() {
 		t.master.Close()
 	}
 }
+
+// ExplainUserNS turns a failure to create a user namespace into an error
+// that names the likely cause and fix (for callers that probe for one).
+func ExplainUserNS(err error) error { return explainCloneError(err) }

@@ -32,6 +32,9 @@ const mainHelp = `claude-sandbox: run commands (and the Claude Code CLI) in a ro
 Usage:
   claude-sandbox run [OPTIONS] [--] COMMAND [ARG...]   run COMMAND sandboxed
   claude-sandbox plan --json [OPTIONS] [--] COMMAND    print the plan, run nothing
+  claude-sandbox install [--prefix DIR] [--real PATH] [--config FILE]
+                                                       install the shadow and the guard (root)
+  claude-sandbox uninstall [--prefix DIR]              undo install
   claude-sandbox gate                                  the UserPromptSubmit hook: exit 2 outside the sandbox
   claude-sandbox verify --hook                         the SessionStart hook: a warning when unwrapped
   claude-sandbox version                               print the version
@@ -56,6 +59,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run", "plan":
 		return runOrPlan(args[0], args[1:], stdout, stderr)
+	case "install":
+		return installMain(args[1:], stdout, stderr)
+	case "uninstall":
+		return uninstallMain(args[1:], stdout, stderr)
 	case "gate":
 		return gateMain(stderr)
 	case "verify":

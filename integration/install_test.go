@@ -1,0 +1,159 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+)
+
+// tree hashes every file, symlink and mode under dirs: a byte-exact
+// picture of a state.
+func tree(t *testing.T, dirs ...string) string {
+	t.Helper()
+	var lines []string
+	for _, d := range dirs {
+		_ = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			fi, err := os.Lstat(p)
+			if err != nil {
+				return nil
+			}
+			line := fmt.Sprintf("%s %v", p, fi.Mode())
+			switch {
+			case fi.Mode()&fs.ModeSymlink != 0:
+				target, _ := os.Readlink(p)
+				line += " -> " + target
+			case fi.Mode().IsRegular():
+				b, _ := os.ReadFile(p)
+				sum := sha256.Sum256(b)
+				line += " " + hex.EncodeToString(sum[:8])
+			}
+			lines = append(lines, line)
+			return nil
+		})
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+const adminSettings = `{"permissions": {"deny": ["Bash(curl:*)"]},
+ "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "/opt/corp/check"}]}]}}
+`
+
+func TestInstallUninstall(t *testing.T) {
+	testutil.NeedsRoot(t)
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	root := testutil.MkdirFor(t, 0)
+	home := testutil.MkdirFor(t, 0)
+	// The Claude Code installer's layout: ~/.local/bin/claude is a
+	// symlink into its versions directory.
+	versions := filepath.Join(home, ".local/share/claude/versions")
+	must(t, os.MkdirAll(versions, 0o755))
+	must(t, os.MkdirAll(filepath.Join(home, ".local/bin"), 0o755))
+	must(t, os.WriteFile(filepath.Join(versions, "2.1.0"), []byte("#!/bin/sh\necho real claude\n"), 0o755))
+	must(t, os.Symlink(filepath.Join(versions, "2.1.0"), filepath.Join(home, ".local/bin/claude")))
+	settings := filepath.Join(root, "etc/claude-code/managed-settings.json")
+	must(t, os.MkdirAll(filepath.Dir(settings), 0o755))
+	must(t, os.WriteFile(settings, []byte(adminSettings), 0o640))
+	conf := filepath.Join(testutil.MkdirFor(t, 0), "claude-sandbox.conf")
+	must(t, os.WriteFile(conf, []byte("allow-ip = 10.1.2.3\n"), 0o600))
+	before := tree(t, root, home)
+
+	// In a private mount namespace whose /dev/net/tun is usable (0666).
+	run := func(tunMode string, args ...string) testutil.Result {
+		script := fmt.Sprintf("mount -t tmpfs none /dev/net && mknod -m %s /dev/net/tun c 10 200 && HOME=%s exec %s %s", tunMode, home, bin, strings.Join(args, " "))
+		return testutil.Run(t, exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script))
+	}
+	if r := run("600", "install", "--prefix", root, "--config", conf); r.Code != 1 || !strings.Contains(r.Stderr, "chmod 0666 /dev/net/tun") {
+		t.Fatalf("install with an unusable /dev/net/tun: %v; want a refusal naming the fix", r)
+	}
+	if tree(t, root, home) != before {
+		t.Fatal("a refused install changed files")
+	}
+	r := run("666", "install", "--prefix", root, "--config", conf)
+	if r.Code != 0 {
+		t.Fatalf("install: %v", r)
+	}
+	self, _ := os.ReadFile(bin)
+	for path, mode := range map[string]fs.FileMode{"usr/local/bin/claude": 0o755, "usr/libexec/claude-sandbox/claude-sandbox": 0o755, "etc/claude-sandbox.conf": 0o644, "etc/claude-code/managed-settings.json": 0o640} {
+		fi, err := os.Stat(filepath.Join(root, path))
+		if err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("%s: %v %v, want mode %v", path, fi, err, mode)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "usr/local/bin/claude")); string(b) != string(self) {
+		t.Error("the shadow is not the binary")
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "usr/libexec/claude-sandbox/claude")); string(b) != "#!/bin/sh\necho real claude\n" {
+		t.Errorf("the real binary was not relocated: %q", b)
+	}
+	if _, err := os.Lstat(filepath.Join(home, ".local/bin/claude")); err == nil {
+		t.Error("~/.local/bin/claude is still there: the installer's PATH edit would find it")
+	}
+	s, _ := os.ReadFile(settings)
+	for _, want := range []string{"/opt/corp/check", "Bash(curl:*)", "/usr/libexec/claude-sandbox/claude-sandbox gate", "/usr/libexec/claude-sandbox/claude-sandbox verify --hook", `"DISABLE_AUTOUPDATER": "1"`, `"autoUpdates": false`} {
+		if !strings.Contains(string(s), want) {
+			t.Errorf("managed settings lack %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(string(s), "allowManagedHooksOnly") {
+		t.Error("allowManagedHooksOnly was set")
+	}
+	installed := tree(t, root, home)
+	r = run("666", "install", "--prefix", root, "--config", conf)
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "" || tree(t, root, home) != installed {
+		t.Errorf("a second install changed something: %v", r)
+	}
+
+	// Uninstall puts everything back exactly.
+	if r := run("666", "uninstall", "--prefix", root); r.Code != 0 {
+		t.Fatalf("uninstall: %v", r)
+	}
+	if after := tree(t, root, home); after != before {
+		t.Errorf("uninstall did not restore the prior state:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+func TestInstallRefusals(t *testing.T) {
+	testutil.NeedsRoot(t)
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	root := testutil.MkdirFor(t, 0)
+	// Not root.
+	r := testutil.Run(t, testutil.As(testutil.Nobody, []string{"PATH=/usr/bin:/bin"}, bin, "install", "--prefix", root, "--skip-checks"))
+	if r.Code != 1 || !strings.Contains(r.Stderr, "needs root") {
+		t.Errorf("install as nobody: %v", r)
+	}
+	// An invalid managed settings file is left untouched, with a warning.
+	settings := filepath.Join(root, "etc/claude-code/managed-settings.json")
+	must(t, os.MkdirAll(filepath.Dir(settings), 0o755))
+	must(t, os.WriteFile(settings, []byte("{ not json"), 0o644))
+	r = testutil.Run(t, exec.Command(bin, "install", "--prefix", root, "--skip-checks"))
+	if b, _ := os.ReadFile(settings); string(b) != "{ not json" || !strings.Contains(r.Stderr, "left untouched") {
+		t.Errorf("invalid settings: %v; file now %q", r, b)
+	}
+	// A configuration with a bad line is refused before anything is copied.
+	conf := filepath.Join(root, "bad.conf")
+	must(t, os.WriteFile(conf, []byte("egress-jail = maybe\n"), 0o644))
+	r = testutil.Run(t, exec.Command(bin, "install", "--prefix", root, "--skip-checks", "--config", conf))
+	if _, err := os.Stat(filepath.Join(root, "etc/claude-sandbox.conf")); r.Code != 1 || err == nil || !strings.Contains(r.Stderr, "bad.conf:1: egress-jail") {
+		t.Errorf("bad config: %v", r)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
