@@ -136,3 +136,84 @@ func TestClaudeVersionThroughShadow(t *testing.T) {
 		t.Errorf("claude --version through the shadow: %v; want %q", r, direct)
 	}
 }
+
+// The integrity guard with the real CLI: claude-sandbox is installed for
+// real (install, at /) into a throwaway view of the system (a mount
+// namespace of the test's own, over copies of /etc, /usr/libexec and
+// /usr/local/bin). The real binary run directly, outside the shadow, has
+// its prompt blocked by the gate hook before any request reaches the API;
+// the same prompt through the shadow goes through.
+func TestGuardWithRealClaude(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	cli := claudeCLI(t)
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	l := newLab(t)
+	const apiPort = "8081"
+	base := "http://" + labInternet + ":" + apiPort
+
+	view := testutil.MkdirFor(t, 0)
+	var binds []string
+	for _, d := range []string{"/etc", "/usr/libexec", "/usr/local/bin"} {
+		c := filepath.Join(view, strings.ReplaceAll(d, "/", "_"))
+		must(t, os.MkdirAll(c, 0o755))
+		if _, err := os.Stat(d); err == nil {
+			if out, err := exec.Command("cp", "-a", d+"/.", c).CombinedOutput(); err != nil {
+				t.Fatalf("copy %s: %v %s", d, err, out)
+			}
+		}
+		binds = append(binds, fmt.Sprintf("mkdir -p %s && mount --bind %s %s", d, c, d))
+	}
+	// The real binary as the Claude Code installer leaves it (a hard link:
+	// install moves it away).
+	realCopy := filepath.Join(view, "claude-real")
+	if exec.Command("cp", "-l", cli, realCopy).Run() != nil {
+		if out, err := exec.Command("cp", cli, realCopy).CombinedOutput(); err != nil {
+			t.Fatalf("copy the CLI: %v %s", err, out)
+		}
+	}
+	home := testutil.MkdirFor(t, 0)
+	ws := filepath.Join(home, "project")
+	must(t, os.MkdirAll(ws, 0o755))
+	if err := mockapi.WriteSettings(home, base, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	session := func(claude string) (*mockapi.Server, testutil.Result) {
+		srv := mockapi.New([]string{"echo hook-passed"})
+		var ln net.Listener
+		if err := inNetns(l.world, func() (err error) { ln, err = net.Listen("tcp", labInternet+":"+apiPort); return }); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		script := strings.Join(binds, " && ") + fmt.Sprintf(
+			" && mount -t tmpfs none /dev/net && mknod -m 666 /dev/net/tun c 10 200"+
+				" && (test -e /usr/libexec/claude-sandbox/claude || %s install --real %s --skip-checks >/dev/null)"+
+				" && cd %s && exec env -i HOME=%s USER=root PATH=/usr/local/bin:/usr/bin:/bin %s -p 'Run the scripted commands.' --allowedTools Bash --dangerously-skip-permissions",
+			bin, realCopy, ws, home, claude)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", l.host, "sh", "-c", script)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		return srv, testutil.Run(t, cmd)
+	}
+	// Outside the shadow: the real binary, installed off PATH, run by
+	// its path. Its settings.json even claims IS_SANDBOX=1.
+	srv, r := session("/usr/libexec/claude-sandbox/claude")
+	agentic := 0
+	for _, req := range srv.Requests() {
+		if req.Agentic {
+			agentic++
+		}
+	}
+	t.Logf("outside the shadow: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
+	if agentic != 0 || !strings.Contains(r.Stdout+r.Stderr, "BLOCKED") {
+		t.Errorf("claude outside the shadow: %d prompts reached the API; output %v; want it blocked by the gate", agentic, r)
+	}
+	// Through the shadow (plain `claude` on PATH): the prompt goes through.
+	srv, r = session("claude")
+	if res := srv.Results(); r.Code != 0 || len(res) != 1 || !strings.Contains(res[0], "hook-passed") {
+		t.Errorf("claude through the shadow: %v, results %q; want the session to run", r, res)
+	}
+}

@@ -226,26 +226,85 @@ func defaultRealSource(l layout) string {
 
 // relocate moves the real binary at src (following a symlink, as the
 // native installer leaves one) to dst. It reports whether it moved one.
+// The binary is large (hundreds of MB): it is streamed, never held whole.
 func relocate(src, dst string) (bool, error) {
 	target, err := filepath.EvalSymlinks(src)
 	if err != nil {
 		return false, fmt.Errorf("the real binary %s: %w", src, err)
 	}
-	b, err := os.ReadFile(target)
-	if err != nil {
-		return false, err
-	}
-	self, _ := os.ReadFile("/proc/self/exe")
-	if bytes.Equal(b, self) {
+	if same, _ := sameFile(target, "/proc/self/exe"); same {
 		return false, fmt.Errorf("%s is claude-sandbox itself, not the real Claude Code", src)
 	}
-	if _, err := writeIfDifferent(dst, b, 0o755); err != nil {
-		return false, err
+	if same, _ := sameFile(target, dst); !same {
+		if err := copyFile(target, dst, 0o755); err != nil {
+			return false, err
+		}
 	}
 	if err := os.Remove(src); err != nil {
 		return false, err
 	}
 	return true, nil
+}
+
+// sameFile reports whether a and b hold the same bytes.
+func sameFile(a, b string) (bool, error) {
+	fa, err := os.Open(a)
+	if err != nil {
+		return false, err
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		return false, err
+	}
+	defer fb.Close()
+	sa, _ := fa.Stat()
+	sb, _ := fb.Stat()
+	if sa.Size() != sb.Size() {
+		return false, nil
+	}
+	ba, bb := make([]byte, 1<<20), make([]byte, 1<<20)
+	for {
+		na, ea := io.ReadFull(fa, ba)
+		nb, _ := io.ReadFull(fb, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return false, nil
+		}
+		if ea != nil {
+			return true, nil
+		}
+	}
+}
+
+// copyFile streams src to dst atomically (temporary file, then rename).
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".new-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = io.Copy(tmp, in)
+	if err == nil {
+		err = tmp.Chmod(mode)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
 }
 
 // writeIfDifferent writes data to path atomically (a temporary file in the
@@ -324,8 +383,8 @@ func uninstallMain(args []string, stdout, stderr io.Writer) int {
 				return fail(err)
 			}
 			say("put the real Claude Code back at %s -> %s", st.RealOrigin, st.RealLink)
-		} else if b, err := os.ReadFile(l.real()); err == nil {
-			if _, err := writeIfDifferent(st.RealOrigin, b, 0o755); err != nil {
+		} else if _, err := os.Stat(l.real()); err == nil {
+			if err := copyFile(l.real(), st.RealOrigin, 0o755); err != nil {
 				return fail(err)
 			}
 			say("put the real Claude Code back at %s", st.RealOrigin)
