@@ -61,7 +61,7 @@ func (l layout) config() string       { return l.p(shadow.ConfigPath) }
 func (l layout) settings() string     { return l.p(guard.ManagedSettings) }
 func (l layout) state() string        { return l.p("/usr/libexec/claude-sandbox/install-state.json") }
 
-const installHelp = `Usage: claude-sandbox install [--prefix DIR] [--real PATH] [--config FILE] [--skip-checks]
+const installHelp = `Usage: claude-sandbox install [--prefix DIR] [--real PATH] [--config FILE] [--apparmor] [--skip-checks]
        claude-sandbox uninstall [--prefix DIR]
 
 install (root only) puts the binary at /usr/libexec/claude-sandbox/claude-sandbox,
@@ -75,6 +75,11 @@ refuses with the fix when they do not (--skip-checks: for image builds).
 uninstall puts the real binary back, removes the shadow, and restores the
 managed settings and configuration as they were before install.
 
+--apparmor writes /etc/apparmor.d/claude-sandbox and loads it: on hosts
+where AppArmor restricts unprivileged user namespaces (Ubuntu 23.10 and
+later), it lets this binary create them without lifting the restriction
+for everything else.
+
 --prefix DIR installs under DIR instead of / (for tests and image builds).
 `
 
@@ -86,6 +91,7 @@ func installMain(args []string, stdout, stderr io.Writer) int {
 	realPath := flags.String("real", "", "the real Claude Code binary to relocate")
 	config := flags.String("config", "", "a claude-sandbox.conf to install")
 	skip := flags.Bool("skip-checks", false, "do not check user namespaces and /dev/net/tun")
+	apparmor := flags.Bool("apparmor", false, "write (and load) an AppArmor profile that lets this binary create user namespaces")
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
@@ -97,18 +103,63 @@ func installMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "claude-sandbox install: needs root (sudo claude-sandbox install)")
 		return 1
 	}
+	l := layout{root: *prefix}
+	if *apparmor {
+		// Before the checks' verdict matters: the profile is what makes
+		// user namespaces work on hosts that restrict them.
+		if err := installAppArmor(l, stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "claude-sandbox install:", err)
+			return 1
+		}
+	}
 	if !*skip {
 		if err := checkPrerequisites(*config); err != nil {
 			fmt.Fprintln(stderr, "claude-sandbox install: refusing:", err)
 			return 1
 		}
 	}
-	l := layout{root: *prefix}
 	if err := install(l, *realPath, *config, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "claude-sandbox install:", err)
 		return 1
 	}
 	return 0
+}
+
+// apparmorProfile lets the installed binary, and only it, create user
+// namespaces where Ubuntu's kernel.apparmor_restrict_unprivileged_userns
+// restricts them for unconfined programs. It confines nothing else.
+const apparmorProfile = `# Written by claude-sandbox install --apparmor.
+abi <abi/4.0>,
+include <tunables/global>
+
+profile claude-sandbox /usr/{libexec/claude-sandbox/claude-sandbox,local/bin/claude} flags=(unconfined) {
+  userns,
+
+  include if exists <local/claude-sandbox>
+}
+`
+
+func installAppArmor(l layout, stdout, stderr io.Writer) error {
+	path := l.p("/etc/apparmor.d/claude-sandbox")
+	changed, err := writeIfDifferent(path, []byte(apparmorProfile), 0o644)
+	if err != nil {
+		return err
+	}
+	if changed {
+		fmt.Fprintf(stdout, "wrote the AppArmor profile %s\n", path)
+	}
+	if l.root != "/" {
+		return nil
+	}
+	parser, err := exec.LookPath("apparmor_parser")
+	if err != nil {
+		fmt.Fprintln(stderr, "claude-sandbox install: warning: apparmor_parser not found; load the profile with: apparmor_parser -r "+path)
+		return nil
+	}
+	if out, err := exec.Command(parser, "-r", path).CombinedOutput(); err != nil {
+		return fmt.Errorf("load the AppArmor profile: %v: %s", err, out)
+	}
+	return nil
 }
 
 func install(l layout, realPath, config string, stdout, stderr io.Writer) error {

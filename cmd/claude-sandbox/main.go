@@ -35,6 +35,8 @@ Usage:
   claude-sandbox install [--prefix DIR] [--real PATH] [--config FILE]
                                                        install the shadow and the guard (root)
   claude-sandbox uninstall [--prefix DIR]              undo install
+  claude-sandbox promote TARGET                        make workspace TARGET install the sandbox itself
+  claude-sandbox doctor                                check every prerequisite, print the fixes
   claude-sandbox gate                                  the UserPromptSubmit hook: exit 2 outside the sandbox
   claude-sandbox verify --hook                         the SessionStart hook: a warning when unwrapped
   claude-sandbox version                               print the version
@@ -63,6 +65,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return installMain(args[1:], stdout, stderr)
 	case "uninstall":
 		return uninstallMain(args[1:], stdout, stderr)
+	case "promote":
+		return promoteMain(args[1:], stdout, stderr)
+	case "doctor":
+		return doctorMain(stdout)
 	case "gate":
 		return gateMain(stderr)
 	case "verify":
