@@ -86,3 +86,45 @@ func TestInstallAppArmorAndDoctor(t *testing.T) {
 		t.Errorf("doctor with something to fix: exit %d, want 1", r.Code)
 	}
 }
+
+// install --shared-config: adopt, seed, back up, re-point, idempotent.
+func TestInstallSharedConfig(t *testing.T) {
+	testutil.NeedsRoot(t)
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	root := testutil.MkdirFor(t, 0)
+	home := testutil.MkdirFor(t, 0)
+	shared := filepath.Join(testutil.MkdirFor(t, 0), "claude-state")
+	// ~/.claude exists (adopted); ~/.claude.json does not (seeded).
+	must(t, os.MkdirAll(filepath.Join(home, ".claude"), 0o700))
+	must(t, os.WriteFile(filepath.Join(home, ".claude", "memory.md"), []byte("remember"), 0o600))
+	install := func() testutil.Result {
+		cmd := exec.Command(bin, "install", "--prefix", root, "--skip-checks", "--shared-config", shared)
+		cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin"}
+		return testutil.Run(t, cmd)
+	}
+	if r := install(); r.Code != 0 {
+		t.Fatalf("install: %v", r)
+	}
+	for _, n := range []string{".claude", ".claude.json"} {
+		if l, err := os.Readlink(filepath.Join(home, n)); err != nil || l != filepath.Join(shared, n) {
+			t.Errorf("~/%s -> %q (%v), want the shared copy", n, l, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(shared, ".claude", "memory.md")); string(b) != "remember" {
+		t.Error("the adopted ~/.claude lost its content")
+	}
+	before := tree(t, home, shared)
+	if r := install(); r.Code != 0 || tree(t, home, shared) != before {
+		t.Errorf("a second run changed something: %v", r)
+	}
+	// A fresh home copy next to an existing shared one is backed up.
+	must(t, os.Remove(filepath.Join(home, ".claude")))
+	must(t, os.Mkdir(filepath.Join(home, ".claude"), 0o700))
+	if r := install(); r.Code != 0 || !strings.Contains(r.Stdout, "backed up") {
+		t.Errorf("both copies: %v", r)
+	}
+	baks, _ := filepath.Glob(filepath.Join(home, ".claude.bak-*"))
+	if len(baks) != 1 {
+		t.Errorf("backups %v, want one", baks)
+	}
+}

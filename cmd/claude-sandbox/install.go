@@ -61,7 +61,8 @@ func (l layout) config() string       { return l.p(shadow.ConfigPath) }
 func (l layout) settings() string     { return l.p(guard.ManagedSettings) }
 func (l layout) state() string        { return l.p("/usr/libexec/claude-sandbox/install-state.json") }
 
-const installHelp = `Usage: claude-sandbox install [--prefix DIR] [--real PATH] [--config FILE] [--apparmor] [--skip-checks]
+const installHelp = `Usage: claude-sandbox install [--prefix DIR] [--real PATH] [--config FILE] [--apparmor]
+                              [--shared-config DIR] [--skip-checks]
        claude-sandbox uninstall [--prefix DIR]
 
 install (root only) puts the binary at /usr/libexec/claude-sandbox/claude-sandbox,
@@ -80,6 +81,11 @@ where AppArmor restricts unprivileged user namespaces (Ubuntu 23.10 and
 later), it lets this binary create them without lifting the restriction
 for everything else.
 
+--shared-config DIR links ~/.claude and ~/.claude.json to DIR (a host mount,
+say), so Claude's login and memories survive container rebuilds: an
+existing home copy is adopted, or backed up when DIR has its own; missing
+ones are seeded.
+
 --prefix DIR installs under DIR instead of / (for tests and image builds).
 `
 
@@ -92,6 +98,7 @@ func installMain(args []string, stdout, stderr io.Writer) int {
 	config := flags.String("config", "", "a claude-sandbox.conf to install")
 	skip := flags.Bool("skip-checks", false, "do not check user namespaces and /dev/net/tun")
 	apparmor := flags.Bool("apparmor", false, "write (and load) an AppArmor profile that lets this binary create user namespaces")
+	shared := flags.String("shared-config", "", "link ~/.claude and ~/.claude.json to this shared, host-mounted directory")
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
@@ -121,6 +128,13 @@ func installMain(args []string, stdout, stderr io.Writer) int {
 	if err := install(l, *realPath, *config, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "claude-sandbox install:", err)
 		return 1
+	}
+	if *shared != "" {
+		home, uid, gid := invokingUser()
+		if err := linkSharedConfig(home, *shared, uid, gid, stdout); err != nil {
+			fmt.Fprintln(stderr, "claude-sandbox install:", err)
+			return 1
+		}
 	}
 	return 0
 }
