@@ -133,6 +133,11 @@ func initSandbox(ch *channel, start message) (int, error) {
 	if err := installTTYFilter(); err != nil {
 		return 0, err
 	}
+	// Not dumpable: the command (same uid) cannot ptrace init, nor read
+	// its memory through /proc, to speak to the launcher in its name.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("make init undumpable: %w", err)
+	}
 	if start.WaitGo {
 		// The jail's routes and stack are being set up meanwhile; the
 		// command runs only once the launcher has seen both done.

@@ -38,6 +38,7 @@ Usage:
   claude-sandbox promote TARGET                        make workspace TARGET install the sandbox itself
   claude-sandbox doctor                                check every prerequisite, print the fixes
   claude-sandbox gate                                  the UserPromptSubmit hook: exit 2 outside the sandbox
+  claude-sandbox verify [--json]                       prove, from inside a session, that the sandbox holds
   claude-sandbox verify --hook                         the SessionStart hook: a warning when unwrapped
   claude-sandbox version                               print the version
   claude-sandbox help                                  this text
@@ -75,8 +76,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		if len(args) == 2 && args[1] == "--hook" {
 			return verifyHookMain(stdout)
 		}
-		fmt.Fprintln(stderr, "claude-sandbox verify: only the SessionStart hook form exists so far: claude-sandbox verify --hook")
-		return 2
+		return verifyMain(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "claude-sandbox", version)
 		return 0

@@ -1,0 +1,112 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+)
+
+// Each probe can see an escape: run where the thing is possible (as root,
+// outside any sandbox, in throwaway namespaces or fixture trees the test
+// owns), it must report ESCAPED. Nothing here touches the machine's own
+// routes, mounts or files.
+func TestProbesDetectEscapes(t *testing.T) {
+	testutil.NeedsRoot(t)
+	vp := testutil.Build(t, "./integration/verifyprobe")
+	fixture := testutil.MkdirFor(t, 0)
+	home := filepath.Join(fixture, "home/u")
+	for _, d := range []string{"usr", "etc", "var", "opt", "tmp", "home/u/.ssh", "etc/claude-code"} {
+		must(t, os.MkdirAll(filepath.Join(fixture, d), 0o755))
+	}
+	must(t, os.WriteFile(filepath.Join(home, ".netrc"), []byte("machine x login y password z"), 0o600))
+	must(t, os.WriteFile(filepath.Join(fixture, "etc/claude-sandbox.conf"), nil, 0o644))
+	ws := testutil.MkdirFor(t, 0)
+
+	child := exec.Command("sleep", "600")
+	child.Env = []string{"GH_TOKEN=ghp_scrubbed_but_visible"}
+	must(t, child.Start())
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	pid := strconv.Itoa(child.Process.Pid)
+
+	cases := map[string][]string{
+		"P01": {"unshare", "--net", "sh", "-c", "ip link set lo up && ip route add default dev lo && exec " + vp + " P01"},
+		"P02": {"unshare", "--net", "sh", "-c", "ip link set lo up && exec " + vp + " P02"},
+		"P03": {"unshare", "--net", vp, "P03"},
+		"P04": {vp, "P04"},
+		"P05": {vp, "P05"},
+		"P06": {"unshare", "--mount", "--propagation", "private", vp, "P06"},
+		"P07": {"unshare", "--mount", "--propagation", "private", vp, "P07"},
+		"P08": {vp, "-root", fixture, "P08"},
+		"P09": {vp, "-root", fixture, "-home", "/home/u", "P09"},
+		"P10": {vp, "-root", fixture, "-home", "/home/u", "P10"},
+		"P11": {vp, "P11"},
+		"P12": {vp, "P12"},
+		"P13": {vp, "P13"},
+		"P14": {vp, "P14"},
+		"P15": {vp, "-initpid", pid, "P15"},
+		"P16": {vp, "-hostpid", pid, "P16"},
+		"P17": {vp, "-root", fixture, "P17"},
+		"P18": {vp, "-workspace", ws, "P18"},
+	}
+	for id, argv := range cases {
+		r := testutil.Run(t, exec.Command(argv[0], argv[1:]...))
+		if !strings.HasPrefix(r.Stdout, "ESCAPED") {
+			t.Errorf("%s where the escape is possible: %v; want ESCAPED", id, r)
+		}
+	}
+}
+
+// verify, run from inside the shadow's sandbox, as root and as an
+// unprivileged uid, with the jail off and on: SANDBOX OK, no probe
+// inconclusive. Outside, it says so and exits 1.
+func TestVerifyInsideSandbox(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	fake := "#!/bin/sh\nexec " + bin + " verify\n"
+	for _, jail := range []bool{false, true} {
+		for _, uid := range []int{0, testutil.Nobody} {
+			t.Run(fmt.Sprintf("jail=%v/uid%d", jail, uid), func(t *testing.T) {
+				home := testutil.MkdirFor(t, uid)
+				ws := filepath.Join(home, "project")
+				must(t, os.MkdirAll(ws, 0o755))
+				must(t, os.Chown(ws, uid, uid))
+				gitconfig := "[user]\n\tname = Tester\n\temail = t@example.org\n"
+				must(t, os.WriteFile(filepath.Join(home, ".gitconfig"), []byte(gitconfig), 0o644))
+				env := []string{"HOME=" + home, "USER=tester", "PATH=/usr/bin:/bin", "GH_TOKEN=ghp_host"}
+				var r testutil.Result
+				if !jail {
+					prelude, claude := shadowHost(t, "egress-jail = 0\n", fake)
+					r = runShadow(t, uid, home, ws, prelude, claude, env, "-p", "x")
+				} else {
+					l := newLab(t)
+					prelude, claude := shadowHost(t, "", fake)
+					inner := fmt.Sprintf("%s && mount -t tmpfs none /dev/net && mknod -m 666 /dev/net/tun c 10 200 && cd %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s -p x",
+						prelude, ws, uid, uid, strings.Join(env, " "), claude)
+					cmd := exec.Command("ip", "netns", "exec", l.host, "sh", "-c", inner)
+					cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+					r = testutil.Run(t, cmd)
+				}
+				if r.Code != 0 || !strings.Contains(r.Stdout, "RESULT: SANDBOX OK") || !strings.Contains(r.Stdout, " 0 inconclusive)") {
+					t.Errorf("verify inside: %v", r)
+				}
+				if strings.Contains(r.Stdout, " FAIL ") || strings.Contains(r.Stdout, "ESCAPED") {
+					t.Errorf("a check failed or a probe escaped:\n%s", r.Stdout)
+				}
+				if jail && (strings.Contains(r.Stdout, "V19  SKIP") || strings.Contains(r.Stdout, "V20  SKIP")) {
+					t.Errorf("jail checks skipped with the jail on:\n%s", r.Stdout)
+				}
+			})
+		}
+	}
+	r := testutil.Run(t, exec.Command(bin, "verify"))
+	if r.Code != 1 || !strings.Contains(r.Stdout, "NOT INSIDE") {
+		t.Errorf("verify outside: %v", r)
+	}
+}

@@ -1,0 +1,34 @@
+// Command verifyprobe is a test helper: it runs one check or probe of
+// package verify against the environment its flags describe and prints
+// "STATUS evidence". Tests run it where an escape is possible, to prove
+// each probe can see one. It is never shipped.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/claude-sandbox/claude-sandbox/verify"
+)
+
+func main() {
+	e := &verify.Env{Getenv: os.Getenv}
+	flag.StringVar(&e.Home, "home", os.Getenv("HOME"), "home directory")
+	flag.StringVar(&e.Workspace, "workspace", "", "workspace")
+	flag.StringVar(&e.Root, "root", "", "fixture root prepended to paths")
+	flag.IntVar(&e.HostPID, "hostpid", 0, "a host process id")
+	flag.IntVar(&e.InitPID, "initpid", 0, "the ptrace target")
+	flag.BoolVar(&e.Jail, "jail", false, "expect the egress jail")
+	flag.Parse()
+	id := flag.Arg(0)
+	for _, it := range append(verify.Checks(), verify.Probes()...) {
+		if it.ID == id {
+			st, ev := it.Run(e)
+			fmt.Println(st, ev)
+			return
+		}
+	}
+	fmt.Fprintln(os.Stderr, "unknown id", id)
+	os.Exit(2)
+}
