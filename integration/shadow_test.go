@@ -39,6 +39,14 @@ func shadowHost(t testing.TB, conf string, real string) (prelude, claude string)
 			t.Fatalf("copy /usr/libexec: %v\n%s", err, out)
 		}
 	}
+	// The copy's resolver is the lab's: a jailed launch in a lab must not
+	// take this machine's resolver for its own.
+	if err := os.Remove(filepath.Join(etc, "resolv.conf")); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte("nameserver "+labDNS+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if conf != "" {
 		if err := os.WriteFile(filepath.Join(etc, "claude-sandbox.conf"), []byte(conf), 0o644); err != nil {
 			t.Fatal(err)

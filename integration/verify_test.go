@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,6 +55,46 @@ func TestProbesDetectEscapes(t *testing.T) {
 		"P17": {vp, "-root", fixture, "P17"},
 		"P18": {vp, "-workspace", ws, "P18"},
 	}
+	// The network probes, in the lab with no jail: the lab's servers
+	// stand in for the private hosts, so every attempt gets through.
+	l := newLab(t)
+	l.echoTCP(l.world, labDevice+":22")
+	l.echoUDP(l.world, labDevice+":5064")
+	l.echoTCP(l.world, labMetadata+":80")
+	l.echoUDP(l.world, labDevice+":53")
+	inLab := func(args ...string) []string {
+		return append([]string{"ip", "netns", "exec", l.host, vp, "-jail"}, args...)
+	}
+	cases["P19"] = inLab("-target", "tcp-private="+labDevice+":22", "P19")
+	cases["P20"] = inLab("-target", "udp-private="+labDevice+":5064", "P20")
+	cases["P21"] = inLab("-target", "metadata="+labMetadata+":80", "P21")
+	cases["P22"] = inLab("-target", "dns-private="+labDevice+":53", "P22")
+	// Nested attempts without the nested user namespace, as root: the
+	// attempt itself works, and the probe must say so.
+	marker := filepath.Join(fixture, "tmp/.claude-sandbox")
+	must(t, os.WriteFile(marker, nil, 0o644))
+	mountMarker := "mount --bind /dev/null " + marker + " && "
+	cases["P23"] = []string{"unshare", "--mount", "--propagation", "private", vp, "-no-nested-userns", "P23"}
+	cases["P24"] = []string{"unshare", "--mount", "--propagation", "private", "sh", "-c", mountMarker + vp + " -no-nested-userns -root " + fixture + " P24"}
+	cases["P25"] = []string{"unshare", "--net", "sh", "-c", "ip link set lo up && ip route add default dev lo && exec " + vp + " -no-nested-userns P25"}
+	cases["P26"] = []string{vp, "-hostpid", pid, "P26"}
+	cases["P30"] = []string{vp, "P30"}
+	cases["P31"] = []string{"unshare", "--mount", "--propagation", "private", "sh", "-c", mountMarker + vp + " -root " + fixture + " P31"}
+	// An abstract socket of the "host", and sockets and secrets in the
+	// fixture's /tmp, /run/user and /run/secrets.
+	abs, err := net.Listen("unix", "@claude-sandbox-verify-test")
+	must(t, err)
+	defer abs.Close()
+	cases["P27"] = []string{vp, "-jail", "P27"}
+	must(t, os.MkdirAll(filepath.Join(fixture, "run/user/1000"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(fixture, "run/secrets"), 0o755))
+	sock, err := net.Listen("unix", filepath.Join(fixture, "run/user/1000/bus"))
+	must(t, err)
+	defer sock.Close()
+	cases["P28"] = []string{vp, "-root", fixture, "P28"}
+	must(t, os.WriteFile(filepath.Join(fixture, "run/secrets/token"), []byte("s3cret"), 0o600))
+	cases["P29"] = []string{vp, "-root", fixture, "P29"}
+
 	for id, argv := range cases {
 		r := testutil.Run(t, exec.Command(argv[0], argv[1:]...))
 		if !strings.HasPrefix(r.Stdout, "ESCAPED") {

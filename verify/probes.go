@@ -38,6 +38,10 @@ func mustCIDR(s string) *net.IPNet {
 
 // Probes is the fixed adversarial battery.
 func Probes() []Item {
+	return append(firstProbes(), moreProbes()...)
+}
+
+func firstProbes() []Item {
 	return []Item{
 		{"P01", "delete the default route", func(e *Env) (Status, string) {
 			routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)

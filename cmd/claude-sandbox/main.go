@@ -22,6 +22,7 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/plan"
+	"github.com/claude-sandbox/claude-sandbox/verify"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -47,7 +48,8 @@ Usage:
 `
 
 func main() {
-	nsexec.Init() // a re-executed stage runs here and never returns
+	nsexec.Init()       // a re-executed stage runs here and never returns
+	verify.InitNested() // so does the nested helper of verify's probes
 	if filepath.Base(os.Args[0]) == "claude" {
 		os.Exit(shadowMain(os.Args[1:], false, os.Stdout, os.Stderr))
 	}

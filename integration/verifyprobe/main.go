@@ -8,12 +8,30 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/claude-sandbox/claude-sandbox/verify"
 )
 
+// targets collects -target kind=addr,addr flags.
+type targets map[string][]string
+
+func (t targets) String() string { return fmt.Sprint(map[string][]string(t)) }
+func (t targets) Set(v string) error {
+	k, list, ok := strings.Cut(v, "=")
+	if !ok {
+		return fmt.Errorf("want kind=addr,addr")
+	}
+	t[k] = strings.Split(list, ",")
+	return nil
+}
+
 func main() {
+	verify.InitNested()
 	e := &verify.Env{Getenv: os.Getenv}
+	tg := targets{}
+	flag.Var(tg, "target", "kind=addr,addr: network probe targets")
+	flag.BoolVar(&e.NoNestedUserNS, "no-nested-userns", false, "run nested attempts without the nested user namespace")
 	flag.StringVar(&e.Home, "home", os.Getenv("HOME"), "home directory")
 	flag.StringVar(&e.Workspace, "workspace", "", "workspace")
 	flag.StringVar(&e.Root, "root", "", "fixture root prepended to paths")
@@ -21,6 +39,9 @@ func main() {
 	flag.IntVar(&e.InitPID, "initpid", 0, "the ptrace target")
 	flag.BoolVar(&e.Jail, "jail", false, "expect the egress jail")
 	flag.Parse()
+	if len(tg) > 0 {
+		e.NetTargets = tg
+	}
 	id := flag.Arg(0)
 	for _, it := range append(verify.Checks(), verify.Probes()...) {
 		if it.ID == id {

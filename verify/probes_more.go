@@ -1,0 +1,218 @@
+package verify
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultNetTargets are addresses in the blocked ranges. Inside the jail
+// they are routed to the sink, which refuses at once: no packet leaves.
+// With the jail off the network probes are skipped: nothing is sent.
+var DefaultNetTargets = map[string][]string{
+	"tcp-private": {"10.255.255.1:80", "172.31.255.1:80", "192.168.255.1:80", "100.127.255.1:80"},
+	"udp-private": {"10.255.255.1:5064", "172.31.255.1:5064", "192.168.255.1:5064", "100.127.255.1:5064"},
+	"metadata":    {"169.254.169.254:80"},
+	"dns-private": {"10.254.254.53:53", "192.168.254.53:53"},
+}
+
+func (e *Env) targets(kind string) []string {
+	if t, ok := e.NetTargets[kind]; ok {
+		return t
+	}
+	return DefaultNetTargets[kind]
+}
+
+// routeDevice is the device /proc/net/route sends addr to.
+func routeDevice(e *Env, addr netip.Addr) string {
+	best, dev := -1, ""
+	for pfx, d := range routeTable(e) {
+		p, err := netip.ParsePrefix(pfx)
+		if err == nil && p.Contains(addr) && p.Bits() > best {
+			best, dev = p.Bits(), d
+		}
+	}
+	return dev
+}
+
+func refusedNow(err error) bool {
+	return errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.EHOSTUNREACH) || errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EACCES)
+}
+
+// netProbe tries every target of kind over network ("tcp" or "udp").
+func netProbe(kind, network string) func(e *Env) (Status, string) {
+	return func(e *Env) (Status, string) {
+		if !e.Jail {
+			return Skip, "the egress jail is off: the network is the host's by configuration"
+		}
+		var blocked, unclear, allowed []string
+		for _, t := range e.targets(kind) {
+			ap, err := netip.ParseAddrPort(t)
+			if err != nil {
+				return Inconclusive, "bad target " + t
+			}
+			if routeDevice(e, ap.Addr()) == "tun0" {
+				allowed = append(allowed, t) // punched by configuration
+				continue
+			}
+			err = attempt(network, t)
+			switch {
+			case err == nil:
+				return Escaped, fmt.Sprintf("%s %s answered", network, t)
+			case refusedNow(err):
+				blocked = append(blocked, t)
+			default:
+				unclear = append(unclear, fmt.Sprintf("%s (%v)", t, err))
+			}
+		}
+		if len(unclear) > 0 {
+			return Inconclusive, "no answer and no refusal: " + strings.Join(unclear, ", ")
+		}
+		if len(blocked) == 0 {
+			return Inconclusive, "every target is allowed by configuration: nothing was tried (" + strings.Join(allowed, " ") + ")"
+		}
+		ev := "refused at once: " + strings.Join(blocked, " ")
+		if len(allowed) > 0 {
+			ev += "; allowed by configuration: " + strings.Join(allowed, " ")
+		}
+		return Blocked, ev
+	}
+}
+
+func attempt(network, target string) error {
+	c, err := net.DialTimeout(network, target, 3*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if network == "tcp" {
+		return nil
+	}
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := c.Write([]byte("verify")); err != nil {
+		return err
+	}
+	buf := make([]byte, 512)
+	_, err = c.Read(buf)
+	return err
+}
+
+// moreProbes complete the battery.
+func moreProbes() []Item {
+	return []Item{
+		{"P19", "TCP to the private ranges", netProbe("tcp-private", "tcp")},
+		{"P20", "UDP to the private ranges", netProbe("udp-private", "udp")},
+		{"P21", "the cloud metadata service", netProbe("metadata", "tcp")},
+		{"P22", "DNS to a private address that is no resolver", netProbe("dns-private", "udp")},
+		{"P23", "remount / read-write from a nested user namespace", nestedProbe("remount / rw", "remount-rw", func(e *Env) []string { return []string{e.path("/")} })},
+		{"P24", "unmount the sandbox's marker from a nested user namespace", nestedProbe("umount the marker", "umount", func(e *Env) []string { return []string{e.path("/tmp/.claude-sandbox")} })},
+		{"P25", "delete the default route from a nested user namespace", nestedProbe("route del default", "route-del-default", func(*Env) []string { return nil })},
+		{"P26", "join a namespace through /proc", func(e *Env) (Status, string) {
+			done := make(chan error, 1)
+			go func() {
+				// The thread may end up in another namespace: it stays
+				// locked, and is thrown away when this goroutine ends.
+				runtime.LockOSThread()
+				pid := 1
+				if e.HostPID != 0 {
+					pid = e.HostPID
+				}
+				f, err := os.Open(e.path(fmt.Sprintf("/proc/%d/ns/net", pid)))
+				if err != nil {
+					done <- err
+					return
+				}
+				defer f.Close()
+				done <- unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
+			}()
+			return refused("setns into a network namespace through /proc", <-done)
+		}},
+		{"P27", "connect to the host's abstract unix sockets", func(e *Env) (Status, string) {
+			if !e.Jail {
+				return Skip, "the egress jail is off: abstract sockets belong to the host's network namespace by configuration"
+			}
+			names := abstractSockets(e)
+			for _, n := range names {
+				if c, err := net.DialTimeout("unix", "@"+n, time.Second); err == nil {
+					c.Close()
+					return Escaped, "connected to @" + n
+				}
+			}
+			return Blocked, fmt.Sprintf("%d abstract sockets visible, none connectable", len(names))
+		}},
+		{"P28", "connect to IDE and session sockets in /tmp and /run/user", func(e *Env) (Status, string) {
+			var tried int
+			for _, dir := range []string{"/tmp", "/run/user"} {
+				found := false
+				_ = filepath.WalkDir(e.path(dir), func(p string, d os.DirEntry, err error) error {
+					if err != nil || found || d.Type()&os.ModeSocket == 0 {
+						return nil
+					}
+					tried++
+					if c, err := net.DialTimeout("unix", p, time.Second); err == nil {
+						c.Close()
+						found = true
+						return filepath.SkipAll
+					}
+					return nil
+				})
+				if found {
+					return Escaped, "connected to a socket under " + dir
+				}
+			}
+			return Blocked, fmt.Sprintf("%d sockets under /tmp and /run/user, none connectable", tried)
+		}},
+		{"P29", "read /run/secrets and /run/user", func(e *Env) (Status, string) {
+			for _, dir := range []string{"/run/secrets", "/run/user"} {
+				var leak string
+				_ = filepath.WalkDir(e.path(dir), func(p string, d os.DirEntry, err error) error {
+					if err == nil && d.Type().IsRegular() {
+						if b, err := os.ReadFile(p); err == nil && len(b) > 0 {
+							leak = p
+							return filepath.SkipAll
+						}
+					}
+					return nil
+				})
+				if leak != "" {
+					return Escaped, "read " + leak
+				}
+			}
+			return Blocked, "nothing readable"
+		}},
+		{"P30", "gain capabilities by executing a program", func(e *Env) (Status, string) {
+			got, err := nested(&Env{NoNestedUserNS: true}, "capeff")
+			if err != nil {
+				return Inconclusive, err.Error()
+			}
+			if got == "ok" {
+				return Escaped, "a program this process executed holds capabilities"
+			}
+			return Blocked, "an executed program holds none (" + got + ")"
+		}},
+		{"P31", "unmount the sandbox's marker directly", func(e *Env) (Status, string) {
+			return refused("umount /tmp/.claude-sandbox", unix.Unmount(e.path("/tmp/.claude-sandbox"), unix.MNT_DETACH), unix.EPERM, unix.EACCES, unix.EINVAL)
+		}},
+	}
+}
+
+// abstractSockets lists the abstract socket names in /proc/net/unix.
+func abstractSockets(e *Env) []string {
+	b, _ := os.ReadFile(e.path("/proc/net/unix"))
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 8 && strings.HasPrefix(f[7], "@") && len(out) < 256 {
+			out = append(out, f[7][1:])
+		}
+	}
+	return out
+}
