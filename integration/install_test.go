@@ -98,6 +98,9 @@ func TestInstallUninstall(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(root, "usr/libexec/claude-sandbox/claude")); string(b) != "#!/bin/sh\necho real claude\n" {
 		t.Errorf("the real binary was not relocated: %q", b)
 	}
+	if b, err := os.ReadFile(filepath.Join(home, ".claude/commands/verify-sandbox.md")); err != nil || !strings.Contains(string(b), "claude-sandbox verify") {
+		t.Errorf("the /verify-sandbox command was not installed for the user: %v", err)
+	}
 	if _, err := os.Lstat(filepath.Join(home, ".local/bin/claude")); err == nil {
 		t.Error("~/.local/bin/claude is still there: the installer's PATH edit would find it")
 	}

@@ -10,7 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+	"github.com/claude-sandbox/claude-sandbox/verify"
 )
 
 // Each probe can see an escape: run where the thing is possible (as root,
@@ -95,6 +98,19 @@ func TestProbesDetectEscapes(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(fixture, "run/secrets/token"), []byte("s3cret"), 0o600))
 	cases["P29"] = []string{vp, "-root", fixture, "P29"}
 
+	cases["P32"] = inLab("-target", "host-loopback="+labDevice+":22", "P32")
+	// A key in this (root's) user keyring, which a probe outside any user
+	// namespace of its own can read.
+	key, err := unix.AddKey("user", "claude-sandbox-verify-test", []byte("x"), unix.KEY_SPEC_USER_KEYRING)
+	must(t, err)
+	defer func() { _, _ = unix.KeyctlInt(unix.KEYCTL_INVALIDATE, key, 0, 0, 0) }()
+	cases["P33"] = []string{vp, "P33"}
+
+	for _, p := range verify.Probes() {
+		if _, ok := cases[p.ID]; !ok {
+			t.Errorf("probe %s (%s) has no escape-detection case", p.ID, p.Name)
+		}
+	}
 	for id, argv := range cases {
 		r := testutil.Run(t, exec.Command(argv[0], argv[1:]...))
 		if !strings.HasPrefix(r.Stdout, "ESCAPED") {

@@ -47,8 +47,15 @@ func refusedNow(err error) bool {
 	return errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.EHOSTUNREACH) || errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EACCES)
 }
 
-// netProbe tries every target of kind over network ("tcp" or "udp").
+// netProbe tries every target of kind over network ("tcp" or "udp"),
+// leaving out targets the configuration punched through the jail.
 func netProbe(kind, network string) func(e *Env) (Status, string) {
+	return netProbeVia(kind, network, true)
+}
+
+// netProbeVia is netProbe; with skipPunched false it also tries targets
+// routed through the TUN (the gateway's own address is).
+func netProbeVia(kind, network string, skipPunched bool) func(e *Env) (Status, string) {
 	return func(e *Env) (Status, string) {
 		if !e.Jail {
 			return Skip, "the egress jail is off: the network is the host's by configuration"
@@ -59,7 +66,7 @@ func netProbe(kind, network string) func(e *Env) (Status, string) {
 			if err != nil {
 				return Inconclusive, "bad target " + t
 			}
-			if routeDevice(e, ap.Addr()) == "tun0" {
+			if skipPunched && routeDevice(e, ap.Addr()) == "tun0" {
 				allowed = append(allowed, t) // punched by configuration
 				continue
 			}
@@ -198,6 +205,39 @@ func moreProbes() []Item {
 			}
 			return Blocked, "an executed program holds none (" + got + ")"
 		}},
+		{"P32", "reach the host's loopback through the jail's gateway", func(e *Env) (Status, string) {
+			if !e.Jail {
+				return Skip, "the egress jail is off: the host's loopback is reachable by configuration"
+			}
+			if _, ok := e.NetTargets["host-loopback"]; !ok {
+				gw, err := jailGateway()
+				if err != nil {
+					return Inconclusive, "cannot find the jail's gateway: " + err.Error()
+				}
+				e2 := *e
+				e2.NetTargets = map[string][]string{"host-loopback": {}}
+				for _, port := range []string{"22", "80", "443", "631", "5432", "6379", "8080"} {
+					e2.NetTargets["host-loopback"] = append(e2.NetTargets["host-loopback"], net.JoinHostPort(gw, port))
+				}
+				e = &e2
+			}
+			return netProbeVia("host-loopback", "tcp", false)(e)
+		}},
+		{"P33", "read the host user's keyring", func(e *Env) (Status, string) {
+			id, err := unix.KeyctlInt(unix.KEYCTL_GET_KEYRING_ID, unix.KEY_SPEC_USER_KEYRING, 0, 0, 0)
+			if err != nil {
+				return refused("find the user keyring", err, unix.EPERM, unix.EACCES, unix.ENOKEY, unix.EDQUOT)
+			}
+			buf := make([]byte, 4096)
+			n, err := unix.KeyctlBuffer(unix.KEYCTL_READ, id, buf, 0)
+			if err != nil {
+				return refused("read the user keyring", err, unix.EPERM, unix.EACCES, unix.ENOKEY)
+			}
+			if n > 0 {
+				return Escaped, fmt.Sprintf("the user keyring holds %d keys", n/4)
+			}
+			return Blocked, "the user keyring here is a fresh, empty one (own user namespace)"
+		}},
 		{"P31", "unmount the sandbox's marker directly", func(e *Env) (Status, string) {
 			return refused("umount /tmp/.claude-sandbox", unix.Unmount(e.path("/tmp/.claude-sandbox"), unix.MNT_DETACH), unix.EPERM, unix.EACCES, unix.EINVAL)
 		}},
@@ -215,4 +255,23 @@ func abstractSockets(e *Env) []string {
 		}
 	}
 	return out
+}
+
+// jailGateway is the jail's gateway: the .1 of tun0's own address.
+func jailGateway() (string, error) {
+	l, err := netlinkLinkByName("tun0")
+	if err != nil {
+		return "", err
+	}
+	addrs, err := netlinkAddrList(l)
+	if err != nil {
+		return "", err
+	}
+	for _, a := range addrs {
+		if ip4 := a.To4(); ip4 != nil {
+			ip4[3] = 1
+			return ip4.String(), nil
+		}
+	}
+	return "", errors.New("tun0 has no IPv4 address")
 }

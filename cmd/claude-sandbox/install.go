@@ -35,6 +35,8 @@ type installState struct {
 	// CreatedDirs are the directories install made, removed again by
 	// uninstall when empty.
 	CreatedDirs []string `json:"createdDirs,omitempty"`
+	// Command is the /verify-sandbox command file install wrote.
+	Command string `json:"command,omitempty"`
 }
 
 // noteDirs records, before a file is written at path, which of its parent
@@ -236,6 +238,25 @@ func install(l layout, realPath, config string, stdout, stderr io.Writer) error 
 			return err
 		} else if changed {
 			say("installed %s", l.config())
+		}
+	}
+	// The /verify-sandbox command, for the user who ran sudo, unless one
+	// is there already.
+	if home, uid, gid := invokingUser(); home != "" && st.Command == "" {
+		cmdFile := filepath.Join(home, ".claude/commands/verify-sandbox.md")
+		if _, err := os.Lstat(cmdFile); errors.Is(err, fs.ErrNotExist) {
+			st.noteDirs(cmdFile)
+			if _, err := writeIfDifferent(cmdFile, []byte(verifyCommandFile), 0o644); err != nil {
+				return err
+			}
+			for _, d := range st.CreatedDirs {
+				if strings.HasPrefix(d, home+"/") {
+					_ = os.Chown(d, uid, gid)
+				}
+			}
+			_ = os.Chown(cmdFile, uid, gid)
+			st.Command = cmdFile
+			say("installed the /verify-sandbox command at %s", cmdFile)
 		}
 	}
 	// The guard (I5, G1, G2).
@@ -477,6 +498,11 @@ func uninstallMain(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		say("removed the integrity guard from %s", l.settings())
+	}
+	if st.Command != "" {
+		if b, err := os.ReadFile(st.Command); err == nil && string(b) == verifyCommandFile {
+			_ = os.Remove(st.Command)
+		}
 	}
 	switch {
 	case st.ConfigNone:
