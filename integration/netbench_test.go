@@ -78,26 +78,8 @@ func ensureNetPeers(b *testing.B) (pasta, slirp string) {
 
 // benchServe accepts TCP connections on addr in namespace ns and hands
 // each to serve.
-func (l *lab) benchServe(b *testing.B, ns, addr string, serve func(c *net.TCPConn)) {
-	var ln net.Listener
-	if err := inNetns(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return }); err != nil {
-		b.Fatalf("listen tcp %s in %s: %v", addr, ns, err)
-	}
-	l.track(ln)
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				serve(c.(*net.TCPConn))
-			}()
-		}
-	}()
+func (l *lab) benchServe(_ *testing.B, ns, addr string, serve func(c *net.TCPConn)) {
+	l.serveTCP(ns, addr, func(c net.Conn) { serve(c.(*net.TCPConn)) })
 }
 
 // benchServers starts the benchmark's servers on labInternet in the world.

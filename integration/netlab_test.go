@@ -11,13 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
 	"golang.org/x/net/dns/dnsmessage"
-	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 )
@@ -145,28 +143,7 @@ func (l *lab) stop() {
 
 // inNetns runs f on a thread switched into the named namespace; sockets
 // created there stay in it.
-func inNetns(name string, f func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	target, err := os.Open("/run/netns/" + name)
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return err
-	}
-	ferr := f()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		panic("cannot return to the test's network namespace: " + err.Error())
-	}
-	return ferr
-}
+func inNetns(name string, f func() error) error { return testutil.InNetns(name, f) }
 
 func (l *lab) track(c io.Closer) {
 	l.mu.Lock()
@@ -174,8 +151,9 @@ func (l *lab) track(c io.Closer) {
 	l.mu.Unlock()
 }
 
-// echoTCP serves a line echo on addr in namespace ns.
-func (l *lab) echoTCP(ns, addr string) {
+// serveTCP accepts connections on addr in namespace ns and runs handle on
+// each, until the lab stops.
+func (l *lab) serveTCP(ns, addr string, handle func(c net.Conn)) {
 	var ln net.Listener
 	if err := inNetns(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return }); err != nil {
 		l.t.Fatalf("listen tcp %s in %s: %v", addr, ns, err)
@@ -191,19 +169,26 @@ func (l *lab) echoTCP(ns, addr string) {
 			}
 			go func() {
 				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if _, err := c.Write([]byte(line)); err != nil {
-						return
-					}
-				}
+				handle(c)
 			}()
 		}
 	}()
+}
+
+// echoTCP serves a line echo on addr in namespace ns.
+func (l *lab) echoTCP(ns, addr string) {
+	l.serveTCP(ns, addr, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if _, err := c.Write([]byte(line)); err != nil {
+				return
+			}
+		}
+	})
 }
 
 // echoUDP serves a datagram echo on addr in namespace ns.
@@ -233,19 +218,11 @@ var labNames = map[string]string{"internet.test.": labInternet, "device.test.": 
 // dns serves A records for labNames on addr (UDP and TCP) in namespace ns.
 func (l *lab) dns(ns, addr string) {
 	var pc net.PacketConn
-	var ln net.Listener
-	if err := inNetns(ns, func() (err error) {
-		if pc, err = net.ListenPacket("udp", addr); err != nil {
-			return err
-		}
-		ln, err = net.Listen("tcp", addr)
-		return err
-	}); err != nil {
+	if err := inNetns(ns, func() (err error) { pc, err = net.ListenPacket("udp", addr); return }); err != nil {
 		l.t.Fatalf("dns on %s in %s: %v", addr, ns, err)
 	}
 	l.track(pc)
-	l.track(ln)
-	l.wg.Add(2)
+	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
 		buf := make([]byte, 1500)
@@ -259,33 +236,23 @@ func (l *lab) dns(ns, addr string) {
 			}
 		}
 	}()
-	go func() {
-		defer l.wg.Done()
+	l.serveTCP(ns, addr, func(c net.Conn) {
+		var hdr [2]byte
 		for {
-			c, err := ln.Accept()
+			if _, err := io.ReadFull(c, hdr[:]); err != nil {
+				return
+			}
+			q := make([]byte, int(hdr[0])<<8|int(hdr[1]))
+			if _, err := io.ReadFull(c, q); err != nil {
+				return
+			}
+			resp, err := dnsAnswer(q)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				var hdr [2]byte
-				for {
-					if _, err := io.ReadFull(c, hdr[:]); err != nil {
-						return
-					}
-					q := make([]byte, int(hdr[0])<<8|int(hdr[1]))
-					if _, err := io.ReadFull(c, q); err != nil {
-						return
-					}
-					resp, err := dnsAnswer(q)
-					if err != nil {
-						return
-					}
-					_, _ = c.Write(append([]byte{byte(len(resp) >> 8), byte(len(resp))}, resp...))
-				}
-			}()
+			_, _ = c.Write(append([]byte{byte(len(resp) >> 8), byte(len(resp))}, resp...))
 		}
-	}()
+	})
 }
 
 func dnsAnswer(q []byte) ([]byte, error) {

@@ -25,6 +25,13 @@ var allowedHome = map[string]bool{
 	".gitconfig": true, ".netrc": true, ".Xauthority": true, ".ICEauthority": true,
 }
 
+// claudeTransient matches the files Claude Code itself writes next to
+// ~/.claude.json while updating it (a lock, temporary copies, backups):
+// created inside the sandbox's own empty home, nothing from the host.
+func claudeTransient(name string) bool {
+	return name == ".claude.json.lock" || strings.HasPrefix(name, ".claude.json.tmp.") || strings.HasPrefix(name, ".claude.json.backup")
+}
+
 func status(e *Env) map[string]string {
 	m := map[string]string{}
 	f, err := os.Open(e.path("/proc/self/status"))
@@ -135,7 +142,7 @@ func Checks() []Item {
 			var extra []string
 			for _, x := range ents {
 				p := filepath.Join(e.Home, x.Name())
-				if !allowedHome[x.Name()] && !(e.Workspace != "" && strings.HasPrefix(e.Workspace+"/", p+"/")) {
+				if !allowedHome[x.Name()] && !claudeTransient(x.Name()) && !(e.Workspace != "" && strings.HasPrefix(e.Workspace+"/", p+"/")) {
 					extra = append(extra, x.Name())
 				}
 			}

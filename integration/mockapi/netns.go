@@ -10,11 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 )
 
 // DummyAPIKey is the API key the CLI is given: any non-empty value works,
@@ -145,31 +144,7 @@ func (n *Netns) Listen(network, addr string) (l net.Listener, err error) {
 
 // Do runs f on a thread switched into the namespace, then switches back.
 // f must not start goroutines that expect to be in the namespace.
-func (n *Netns) Do(f func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	target, err := os.Open("/run/netns/" + n.Name)
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return err
-	}
-	ferr := f()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		// The thread is unusable; exiting it (by keeping it locked when
-		// the goroutine ends) would be the alternative, but a test that
-		// cannot get back to its namespace should stop right here.
-		panic("mockapi: cannot return to the original network namespace: " + err.Error())
-	}
-	return ferr
-}
+func (n *Netns) Do(f func() error) error { return testutil.InNetns(n.Name, f) }
 
 // Command returns a command running argv inside the namespace (through
 // `ip netns exec`, which also binds /etc/netns/NAME files if any).

@@ -22,6 +22,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // ScratchBase is where tests put files that must be visible inside a
@@ -199,4 +201,32 @@ func MkdirFor(t testing.TB, uid int) string {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// InNetns runs f on a thread switched into the network namespace
+// /run/netns/name (made by `ip netns add`), then switches back. Sockets f
+// creates stay in that namespace. f must not start goroutines that expect
+// to run there.
+func InNetns(name string, f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return err
+	}
+	defer orig.Close()
+	target, err := os.Open("/run/netns/" + name)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return err
+	}
+	ferr := f()
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		// The thread cannot get back: a test must stop right here.
+		panic("cannot return to the test's network namespace: " + err.Error())
+	}
+	return ferr
 }
