@@ -81,6 +81,8 @@ func TestProbesDetectEscapes(t *testing.T) {
 	cases["P24"] = []string{"unshare", "--mount", "--propagation", "private", "sh", "-c", mountMarker + vp + " -no-nested-userns -root " + fixture + " P24"}
 	cases["P25"] = []string{"unshare", "--net", "sh", "-c", "ip link set lo up && ip route add default dev lo && exec " + vp + " -no-nested-userns P25"}
 	cases["P26"] = []string{vp, "-hostpid", pid, "P26"}
+	cases["P34"] = []string{"unshare", "--net", "sh", "-c", "ip link set lo up && exec " + vp + " -no-nested-userns P34"}
+	cases["P35"] = []string{"unshare", "--net", vp, "-no-nested-userns", "P35"}
 	cases["P30"] = []string{vp, "P30"}
 	cases["P31"] = []string{"unshare", "--mount", "--propagation", "private", "sh", "-c", mountMarker + vp + " -root " + fixture + " P31"}
 	// An abstract socket of the "host", and sockets and secrets in the

@@ -57,6 +57,22 @@ func nestedAction(action string, args []string) error {
 			}
 		}
 		return unix.EPERM
+	case "route-add":
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		r := &netlink.Route{LinkIndex: lo.Attrs().Index, Dst: mustCIDR("10.99.0.0/16")}
+		if err := netlink.RouteAdd(r); err != nil {
+			return err
+		}
+		return netlink.RouteDel(r)
+	case "link-add":
+		d := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "verify0"}, PeerName: "verify1"}
+		if err := netlink.LinkAdd(d); err != nil {
+			return err
+		}
+		return netlink.LinkDel(d)
 	case "route-del-default":
 		routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
 		if err != nil {

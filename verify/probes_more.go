@@ -122,6 +122,8 @@ func moreProbes() []Item {
 		{"P23", "remount / read-write from a nested user namespace", nestedProbe("remount / rw", "remount-rw", func(e *Env) []string { return []string{e.path("/")} })},
 		{"P24", "unmount the sandbox's marker from a nested user namespace", nestedProbe("umount the marker", "umount", func(e *Env) []string { return []string{e.path("/tmp/.claude-sandbox")} })},
 		{"P25", "delete the default route from a nested user namespace", nestedProbe("route del default", "route-del-default", func(*Env) []string { return nil })},
+		{"P34", "add a route from a nested user namespace", nestedProbe("route add 10.99.0.0/16", "route-add", func(*Env) []string { return nil })},
+		{"P35", "create a network device from a nested user namespace", nestedProbe("link add verify0", "link-add", func(*Env) []string { return nil })},
 		{"P26", "join a namespace through /proc", func(e *Env) (Status, string) {
 			done := make(chan error, 1)
 			go func() {
