@@ -225,7 +225,13 @@ func runPath(b *testing.B, p nbPath, steps []string) nbResult {
 		}
 		switch {
 		case len(f) > 1 && f[1] == "err:":
-			b.Fatalf("%s: %s", p.name, line)
+			// A peer's own failure (Debian's 2023 pasta resets bulk
+			// uploads now and then) is a figure, not a broken benchmark;
+			// ours is not excused.
+			if p.name == "jail" {
+				b.Fatalf("%s: %s", p.name, line)
+			}
+			b.Logf("%s: %s (figure left out)", p.name, line)
 		case line == "ready":
 			readies++
 			pid := proxyPID()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/routes"
 	"github.com/claude-sandbox/claude-sandbox/userstack"
 )
@@ -53,7 +54,9 @@ func New(setup *Setup, opts Options) *Jail {
 
 // Devices are the TUN links the engine creates: the egress device, then
 // the sink for blocked ranges.
-func (j *Jail) Devices() []string { return []string{TUN, SinkDevice} }
+func (j *Jail) Devices() []nsexec.TUN {
+	return []nsexec.TUN{{Name: TUN, Offload: true}, {Name: SinkDevice}}
+}
 
 // Routes is the plan the engine applies in the jail's namespace.
 func (j *Jail) Routes() routes.Plan { return j.setup.Routes }
@@ -85,7 +88,7 @@ func (j *Jail) Attach(devs []*os.File) error {
 		return err
 	}
 	j.sink = sinkDev
-	ep := userstack.NewTUN(fd, uint32(routes.DefaultMTU), func(err error) {
+	ep := userstack.NewTUN(fd, uint32(routes.DefaultMTU), nsexec.VnetHdrLen, func(err error) {
 		j.fail(fmt.Errorf("TUN device: %v", err))
 	})
 	pol := j.setup.Policy

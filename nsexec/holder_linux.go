@@ -97,8 +97,8 @@ func holder(ch *channel, start message) (code int, err error) {
 		}
 	}()
 
-	for _, name := range start.Devices {
-		tun, err := openTUN(name)
+	for _, dev := range start.Devices {
+		tun, err := openTUN(dev)
 		if err != nil {
 			return 0, err
 		}

@@ -31,8 +31,8 @@ const (
 // creates the namespace and the device and applies Routes in it; the Jail
 // decides what the traffic may reach.
 type Jail interface {
-	// Devices names the TUN links to create in the jail's namespace.
-	Devices() []string
+	// Devices are the TUN links to create in the jail's namespace.
+	Devices() []TUN
 	// Routes is the route plan applied inside the jail's namespace before
 	// anything runs there.
 	Routes() routes.Plan

@@ -54,7 +54,7 @@ type message struct {
 	Termios *unix.Termios `json:"termios,omitempty"`
 	// Holder only: the jail's route plan, and the clone flags for init.
 	Routes    *routes.Plan `json:"routes,omitempty"`
-	Devices   []string     `json:"devices,omitempty"` // TUN links to create
+	Devices   []TUN        `json:"devices,omitempty"` // TUN links to create
 	CloneInit uintptr      `json:"cloneInit,omitempty"`
 }
 

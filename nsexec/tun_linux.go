@@ -14,9 +14,23 @@ import (
 // open egress by itself.
 const tunFixes = "run without the egress jail only on purpose: --net=host (for the Claude shadow: CLAUDE_SANDBOX_EGRESS_JAIL=0)"
 
-// openTUN creates the TUN link name in the current network namespace and
-// returns its fd (no packet-information header: raw IP packets).
-func openTUN(name string) (int, error) {
+// TUN is a TUN link the jail wants.
+type TUN struct {
+	Name string `json:"name"`
+	// Offload opens it with IFF_VNET_HDR: every packet carries a
+	// virtio-net header, so checksums and segmentation can be left to the
+	// kernel (TUNSETOFFLOAD: checksum, TSO for IPv4 and IPv6).
+	Offload bool `json:"offload,omitempty"`
+}
+
+// VnetHdrLen is the size of the virtio-net header on an Offload link.
+const VnetHdrLen = 10
+
+// openTUN creates the TUN link in the current network namespace and
+// returns its fd (no packet-information header: IP packets, preceded by a
+// virtio-net header when Offload).
+func openTUN(dev TUN) (int, error) {
+	name := dev.Name
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		switch {
@@ -32,10 +46,25 @@ func openTUN(name string) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if dev.Offload {
+		flags |= unix.IFF_VNET_HDR
+	}
+	ifr.SetUint16(flags)
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(ifr))); e != 0 {
 		unix.Close(fd)
 		return -1, fmt.Errorf("egress jail: create TUN link %s: %v; %s", name, e, tunFixes)
+	}
+	if dev.Offload {
+		hdr := VnetHdrLen
+		if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, hdr); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("egress jail: TUN link %s: virtio-net header size: %v", name, err)
+		}
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM|unix.TUN_F_TSO4|unix.TUN_F_TSO6); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("egress jail: TUN link %s: offloads: %v", name, err)
+		}
 	}
 	// Persistent, so that closing the last descriptor does not unregister
 	// the link there and then: that waits for an RCU grace period (about
