@@ -478,6 +478,33 @@ func TestSignalsAreForwarded(t *testing.T) {
 	})
 }
 
+// startReady starts cmd, a sandbox whose command prints "ready" and then
+// runs a process whose command line holds token, and returns once that
+// process is visible from the host. Whatever the test does next, cmd does
+// not outlive it.
+func startReady(t *testing.T, cmd *exec.Cmd, token string) {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("sandbox said %q (%v)", line, cmd.Stderr)
+	}
+	if len(processesWith(token)) == 0 {
+		t.Fatal("cannot see the sandboxed process from the host; the test would prove nothing")
+	}
+}
+
 // mountCount counts the host's mounts, as seen by this test process.
 func mountCount(t *testing.T) int {
 	b, err := os.ReadFile("/proc/self/mountinfo")
@@ -511,25 +538,7 @@ func TestKilledLauncherLeavesNothing(t *testing.T) {
 		// The token is the shell's $0, so its command line carries it for
 		// as long as it runs; its two children run a distinctive sleep.
 		cmd := s.cmd("--", "/bin/sh", "-c", "sleep 1313 & sleep 1313 & echo ready; while :; do sleep 1; done", token)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			}
-		})
-		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
-			t.Fatalf("sandbox said %q", line)
-		}
-		if len(processesWith(token)) == 0 {
-			t.Fatal("cannot see the sandboxed process from the host; the test would prove nothing")
-		}
+		startReady(t, cmd, token)
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		_ = cmd.Wait()
 		// The kernel tears the namespace down asynchronously: poll, bounded.

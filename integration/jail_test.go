@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -307,28 +306,9 @@ func TestJailStackFailureKillsSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := l.embedRun(uid, []string{"-fail-stack-on-usr1"}, p)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		// Whatever happens below, nothing of this test outlives it.
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			}
-		})
-		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
-			t.Fatalf("sandbox said %q (%s)", line, stderr.String())
-		}
-		if len(processesWith(token)) == 0 {
-			t.Fatal("cannot see the sandboxed process; the test would prove nothing")
-		}
+		startReady(t, cmd, token)
 		_ = cmd.Process.Signal(syscall.SIGUSR1)
 		_ = cmd.Wait()
 		if code := cmd.ProcessState.ExitCode(); code != 125 || !strings.Contains(stderr.String(), "userstack failed") {

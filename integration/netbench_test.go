@@ -124,23 +124,7 @@ func (l *lab) benchServers(b *testing.B) {
 	l.benchServe(b, l.world, at(nbGreetC), func(c *net.TCPConn) {
 		_, _ = c.Write([]byte{'!'})
 	})
-	var pc net.PacketConn
-	if err := inNetns(l.world, func() (err error) { pc, err = net.ListenPacket("udp", at(nbUDP)); return }); err != nil {
-		b.Fatalf("listen udp in %s: %v", l.world, err)
-	}
-	l.track(pc)
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		buf := make([]byte, 2048)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo(buf[:n], from)
-		}
-	}()
+	l.echoUDP(l.world, at(nbUDP))
 }
 
 // nbResult is what one egress path measured.

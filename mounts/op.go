@@ -83,15 +83,6 @@ func (m *Mode) UnmarshalText(b []byte) error {
 // HasSource reports whether the kind reads a host path.
 func (k Kind) HasSource() bool { return k == Bind || k == ROBind }
 
-// Valid reports whether k is a known kind.
-func (k Kind) Valid() bool {
-	switch k {
-	case RootRO, Dev, Proc, Tmpfs, Bind, ROBind, Mask, File:
-		return true
-	}
-	return false
-}
-
 // String renders the op the way a user would have written it on the
 // command line, for error messages and logs.
 func (o Op) String() string {

@@ -12,7 +12,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -172,10 +171,6 @@ func launch(verb string, opts plan.Options, logBlocked string, dryRun bool, stdo
 	}
 	code, err := nsexec.Run(p, nopts)
 	if err != nil {
-		var pe *plan.Error
-		if errors.As(err, &pe) {
-			code = 2
-		}
 		fmt.Fprintln(stderr, "claude-sandbox:", err)
 	}
 	return code
