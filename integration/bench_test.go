@@ -1,8 +1,12 @@
 package integration
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +65,126 @@ func BenchmarkLaunch(b *testing.B) {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(b.N) / float64(time.Millisecond) }
 	b.ReportMetric(ms(sumOurs), "claude-sandbox-ms")
 	b.ReportMetric(ms(sumTheirs), "bwrap-ms")
+	b.ReportMetric(float64(sumOurs)/float64(sumTheirs), "ratio")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkLaunchJail measures a sandboxed /bin/true with a network of its
+// own served from userspace: claude-sandbox with the egress jail, against
+// bubblewrap with slirp4netns attached, the usual way (bwrap blocks before
+// the command on --block-fd until slirp4netns reports tap0 configured).
+// Both run, interleaved, in a lab namespace of the benchmark's own; no
+// packet is sent. Figures only, no assertion.
+func BenchmarkLaunchJail(b *testing.B) {
+	testutil.NeedsRoot(b)
+	testutil.NeedsUserNS(b)
+	testutil.NeedsTUN(b)
+	bin := testutil.Build(b, "./cmd/claude-sandbox")
+	bwrap := ensureBwrap(b)
+	_, slirp := ensureNetPeers(b)
+	l := newLab(b)
+	ours := func() error {
+		cmd := exec.Command(bin, "run", "--net=jail", "--", "/bin/true")
+		cmd.Dir = "/"
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %v\n%s", cmd.Args, err, out)
+		}
+		return nil
+	}
+	theirs := func() error {
+		info, infoW, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		defer info.Close()
+		block, blockW, err := os.Pipe()
+		if err != nil {
+			infoW.Close()
+			return err
+		}
+		defer blockW.Close()
+		cmd := exec.Command(bwrap, "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+			"--tmpfs", "/tmp", "--info-fd", "3", "--block-fd", "4", "--", "/bin/true")
+		cmd.Dir = "/"
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		cmd.ExtraFiles = []*os.File{infoW, block}
+		err = cmd.Start()
+		infoW.Close()
+		block.Close()
+		if err != nil {
+			return err
+		}
+		fail := func(err error) error {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return err
+		}
+		var child struct {
+			PID int `json:"child-pid"`
+		}
+		if err := json.NewDecoder(info).Decode(&child); err != nil || child.PID == 0 {
+			return fail(fmt.Errorf("bwrap's info: %v", err))
+		}
+		ready, readyW, err := os.Pipe()
+		if err != nil {
+			return fail(err)
+		}
+		defer ready.Close()
+		s := exec.Command(slirp, "--configure", "--mtu=65520", "--disable-host-loopback", "--ready-fd=3", strconv.Itoa(child.PID), "tap0")
+		s.ExtraFiles = []*os.File{readyW}
+		err = s.Start()
+		readyW.Close()
+		if err != nil {
+			return fail(err)
+		}
+		defer func() {
+			_ = s.Process.Kill()
+			_ = s.Wait()
+		}()
+		if _, err := ready.Read(make([]byte, 1)); err != nil {
+			return fail(fmt.Errorf("slirp4netns not ready: %v", err))
+		}
+		if _, err := blockW.Write([]byte{1}); err != nil {
+			err = fail(err) // bwrap reaped: its stderr is complete
+			return fmt.Errorf("release bwrap: %v (bwrap: %s)", err, stderr.String())
+		}
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("%v: %v\n%s", cmd.Args, err, stderr.String())
+		}
+		return nil
+	}
+	// The whole loop runs on a thread in the lab's host namespace, so every
+	// process it starts is born there.
+	var sumOurs, sumTheirs time.Duration
+	err := testutil.InNetns(l.host, func() error {
+		for _, f := range []func() error{ours, theirs} { // warm the page cache
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			for _, r := range []struct {
+				f   func() error
+				sum *time.Duration
+			}{{ours, &sumOurs}, {theirs, &sumTheirs}} {
+				t0 := time.Now()
+				if err := r.f(); err != nil {
+					return err
+				}
+				*r.sum += time.Since(t0)
+			}
+		}
+		b.StopTimer()
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(b.N) / float64(time.Millisecond) }
+	b.ReportMetric(ms(sumOurs), "claude-sandbox-jail-ms")
+	b.ReportMetric(ms(sumTheirs), "bwrap+slirp4netns-ms")
 	b.ReportMetric(float64(sumOurs)/float64(sumTheirs), "ratio")
 	b.ReportMetric(0, "ns/op")
 }

@@ -13,7 +13,8 @@ import (
 // netlink handle bound to the network namespace that was current when
 // [OpenNetlink] was called.
 type Netlink struct {
-	h *netlink.Handle
+	h     *netlink.Handle
+	links map[string]netlink.Link // by name: one lookup per link, not per route
 }
 
 // OpenNetlink opens a netlink handle in the calling thread's current
@@ -23,23 +24,37 @@ func OpenNetlink() (*Netlink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("routes: open netlink: %w", err)
 	}
-	return &Netlink{h: h}, nil
+	return &Netlink{h: h, links: map[string]netlink.Link{}}, nil
 }
 
 // Close releases the handle.
 func (n *Netlink) Close() { n.h.Close() }
 
+// link returns the named link. The index it carries stays valid: links
+// are only configured here, never re-created.
+func (n *Netlink) link(name string) (netlink.Link, error) {
+	if l, ok := n.links[name]; ok {
+		return l, nil
+	}
+	l, err := n.h.LinkByName(name)
+	if err != nil {
+		return nil, err
+	}
+	n.links[name] = l
+	return l, nil
+}
+
 // Exec performs one operation.
 func (n *Netlink) Exec(op Op) error {
 	switch op.Kind {
 	case OpLinkUp:
-		l, err := n.h.LinkByName(op.Link)
+		l, err := n.link(op.Link)
 		if err != nil {
 			return err
 		}
 		return n.h.LinkSetUp(l)
 	case OpLinkConfig:
-		l, err := n.h.LinkByName(op.Link)
+		l, err := n.link(op.Link)
 		if err != nil {
 			return err
 		}
@@ -57,7 +72,7 @@ func (n *Netlink) Exec(op Op) error {
 		}
 		return nil
 	case OpAddrAdd:
-		l, err := n.h.LinkByName(op.Link)
+		l, err := n.link(op.Link)
 		if err != nil {
 			return err
 		}
@@ -65,7 +80,7 @@ func (n *Netlink) Exec(op Op) error {
 	default:
 		idx := 0
 		if op.Kind == OpDefault || op.Kind == OpPunch || op.Kind == OpSink {
-			l, err := n.h.LinkByName(op.Link)
+			l, err := n.link(op.Link)
 			if err != nil {
 				return err
 			}

@@ -41,6 +41,8 @@ const (
 	// was needed to keep the path fast in measurements.
 	relayBufferSize = 256 << 10
 	nicID           = tcpip.NICID(1)
+	// timeWait is the stack's TIME_WAIT (see setOptions).
+	timeWait = 100 * time.Millisecond
 )
 
 // Config configures a Stack.
@@ -99,6 +101,7 @@ type Stack struct {
 	flows  map[flowKey]*udpFlow
 	wg     sync.WaitGroup
 	pings  chan struct{} // a slot per proxied echo in flight
+	work   *workers
 }
 
 // New builds the stack on ep and starts forwarding. The caller keeps
@@ -156,6 +159,7 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		pings: make(chan struct{}, maxPings),
 	}
 	st.ctx, st.cancel = context.WithCancel(context.Background())
+	st.work = newWorkers(st.ctx.Done(), &st.wg)
 	if err := st.setOptions(); err != nil {
 		s.Close()
 		return nil, err
@@ -234,12 +238,13 @@ func (st *Stack) setOptions() error {
 		// A short TIME_WAIT. When the remote end closes first, the stack's
 		// endpoint is the one left in TIME_WAIT, and a new SYN for the
 		// same four-tuple is dropped while it lasts (the forwarder is no
-		// listener to hand it to): with the default 60 s, a client that
-		// reuses its source port stalled after a few thousand
-		// connections. TIME_WAIT guards against stray old segments on a
-		// real network; the TUN hop has none. The sandbox's kernel keeps
-		// its own TIME_WAIT for its side.
-		{"TIME_WAIT timeout", tcp.ProtocolNumber, ptr(tcpip.TCPTimeWaitTimeoutOption(time.Second))},
+		// listener to hand it to), so the sandbox retries after a second:
+		// with the default 60 s, a client that reuses its source port
+		// stalled after a few thousand connections, and with 1 s about one
+		// connection in 5,000 still did. TIME_WAIT guards against stray
+		// old segments on a real network; the TUN hop has none. The
+		// sandbox's kernel keeps its own TIME_WAIT for its side.
+		{"TIME_WAIT timeout", tcp.ProtocolNumber, ptr(tcpip.TCPTimeWaitTimeoutOption(timeWait))},
 	}
 	for _, o := range opts {
 		if err := tcpipErr(o.name, s.SetTransportProtocolOption(o.proto, o.opt)); err != nil {

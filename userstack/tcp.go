@@ -35,10 +35,10 @@ func (st *Stack) handleTCP(req *tcp.ForwarderRequest) {
 		req.Complete(true)
 		return
 	}
-	go func() {
+	st.work.Go(func() {
 		defer st.wg.Done()
 		st.forwardTCP(req, target)
-	}()
+	})
 }
 
 // tcpTarget returns where a connection to dst goes: the upstream resolver
@@ -93,7 +93,7 @@ func (st *Stack) forwardTCP(req *tcp.ForwarderRequest, target netip.AddrPort) {
 		return
 	}
 	defer st.untrack(in, out)
-	splice(in, out)
+	st.splice(in, out)
 }
 
 type closeWriter interface{ CloseWrite() error }
@@ -103,30 +103,15 @@ type closeWriter interface{ CloseWrite() error }
 // connection churn, until the garbage collector caught up.
 var relayBuffers = sync.Pool{New: func() any { b := make([]byte, relayBufferSize); return &b }}
 
-// splice copies both ways until both directions are done. An EOF in one
-// direction is passed on as a half-close (CloseWrite) so that protocols
-// that shut down their sending side first keep working; an error in either
-// direction tears both down. Both conns are closed on return.
-func splice(a, b net.Conn) {
-	errc := make(chan error, 2)
-	cp := func(dst, src net.Conn) {
-		buf := relayBuffers.Get().(*[]byte)
-		_, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *buf)
-		relayBuffers.Put(buf)
-		if err == nil {
-			if cw, ok := dst.(closeWriter); ok {
-				if cw.CloseWrite() != nil {
-					dst.Close()
-				}
-			} else {
-				dst.Close()
-			}
-		}
-		errc <- err
-	}
-	go cp(a, b)
-	go cp(b, a)
-	if first := <-errc; first != nil {
+// splice copies both ways until both directions are done: from b to a on a
+// worker, from a to b on the calling goroutine. An EOF in one direction is
+// passed on as a half-close (CloseWrite) so that protocols that shut down
+// their sending side first keep working; an error in either direction
+// tears both down. Both conns are closed on return.
+func (st *Stack) splice(a, b net.Conn) {
+	errc := make(chan error, 1)
+	st.work.Go(func() { errc <- copyHalf(a, b) })
+	if err := copyHalf(b, a); err != nil {
 		// A reset or closed side: unblock the other direction now.
 		a.Close()
 		b.Close()
@@ -134,4 +119,25 @@ func splice(a, b net.Conn) {
 	<-errc
 	a.Close()
 	b.Close()
+}
+
+// copyHalf copies src to dst until src ends, then half-closes dst. On an
+// error it closes both, which ends the other direction too.
+func copyHalf(dst, src net.Conn) error {
+	buf := relayBuffers.Get().(*[]byte)
+	_, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *buf)
+	relayBuffers.Put(buf)
+	if err != nil {
+		dst.Close()
+		src.Close()
+		return err
+	}
+	if cw, ok := dst.(closeWriter); ok {
+		if cw.CloseWrite() != nil {
+			dst.Close()
+		}
+	} else {
+		dst.Close()
+	}
+	return nil
 }

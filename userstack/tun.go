@@ -2,8 +2,10 @@ package userstack
 
 import (
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -38,6 +40,7 @@ type TUN struct {
 
 	closed atomic.Bool
 	wg     sync.WaitGroup
+	acks   *ackHolder
 }
 
 // NewTUN returns an endpoint on f, which must be a non-blocking TUN
@@ -47,6 +50,7 @@ type TUN struct {
 func NewTUN(f *os.File, mtu uint32, vnetHdrLen int, onError func(error)) *TUN {
 	t := &TUN{f: f, vnet: vnetHdrLen, onError: onError}
 	t.mtu.Store(mtu)
+	t.acks = newAckHolder(t.writeBytes)
 	return t
 }
 
@@ -115,6 +119,7 @@ func (t *TUN) Close() {
 	if !t.closed.CompareAndSwap(false, true) {
 		return
 	}
+	t.acks.close()
 	t.f.Close()
 	t.wg.Wait()
 	t.mu.RLock()
@@ -174,21 +179,20 @@ func vnetHeader(pkt *stack.PacketBuffer, hdr []byte) {
 	}
 }
 
-// WritePackets implements stack.LinkWriter: one write a packet.
+// WritePackets implements stack.LinkWriter: one writev a packet, straight
+// from the packet's own views (no copy into one buffer).
 func (t *TUN) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	n := 0
-	var hdr [16]byte
+	var hdr [vnetHdrMax]byte
 	for _, pkt := range pkts.AsSlice() {
-		v := pkt.ToView()
-		var err error
 		if t.vnet > 0 {
 			vnetHeader(pkt, hdr[:t.vnet])
-			err = t.writev(hdr[:t.vnet], v.AsSlice())
-		} else {
-			_, err = t.f.Write(v.AsSlice())
 		}
-		v.Release()
-		if err != nil {
+		if t.acks.offer(pkt, hdr[:t.vnet]) {
+			n++ // held, or replaced by a later packet
+			continue
+		}
+		if err := t.writePacket(hdr[:t.vnet], pkt); err != nil {
 			if n == 0 {
 				return 0, &tcpip.ErrClosedForSend{}
 			}
@@ -199,26 +203,131 @@ func (t *TUN) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	return n, nil
 }
 
-func (t *TUN) read() {
-	defer t.wg.Done()
-	buf := make([]byte, 1<<17)
-	for {
-		n, err := t.f.Read(buf)
-		if err != nil {
-			if !t.closed.Load() && t.onError != nil {
-				t.onError(err)
-			}
+// writePacket writes prefix (the virtio-net header, if any) and the packet
+// as one datagram with writev; a full queue waits in the netpoller.
+func (t *TUN) writePacket(prefix []byte, pkt *stack.PacketBuffer) error {
+	var small [8]unix.Iovec
+	iov := small[:0]
+	add := func(b []byte) {
+		if len(b) == 0 {
 			return
 		}
-		if n < t.vnet {
+		var v unix.Iovec
+		v.Base = &b[0]
+		v.SetLen(len(b))
+		iov = append(iov, v)
+	}
+	add(prefix)
+	views, skip := pkt.AsViewList()
+	for v := views.Front(); v != nil; v = v.Next() {
+		b := v.AsSlice()
+		if skip >= len(b) {
+			skip -= len(b)
 			continue
 		}
-		// A TSO super-packet or a partial checksum is taken as it is:
-		// gVisor accepts large segments, and skips the checksum check
-		// (CapabilityRXChecksumOffload).
-		pktBytes := buf[t.vnet:n]
+		add(b[skip:])
+		skip = 0
+	}
+	rc, err := t.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	err = rc.Write(func(fd uintptr) bool {
+		_, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		if e != 0 {
+			werr = e
+		} else {
+			werr = nil
+		}
+		return werr != unix.EAGAIN
+	})
+	runtime.KeepAlive(pkt)
+	if err != nil {
+		return err
+	}
+	return werr
+}
+
+// writeBytes writes one packet (with its virtio-net header, if any).
+func (t *TUN) writeBytes(b []byte) error {
+	rc, err := t.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	err = rc.Write(func(fd uintptr) bool {
+		_, werr = unix.Write(int(fd), b)
+		return werr != unix.EAGAIN
+	})
+	if err != nil {
+		return err
+	}
+	return werr
+}
+
+// Inbound packets are read with readv into a small header buffer and a
+// large pooled view. The split matters to gVisor: its IPv4 and IPv6
+// receive paths take a second reference to the network header's view and
+// then ask for the header again, which copies the whole chunk holding it
+// (a 64 KiB copy and clear per super-packet when the packet sits in one
+// chunk). With the headers in their own small chunk only that is copied.
+const (
+	// rxHeadLen holds the IP and TCP headers of any packet without IPv6
+	// extension headers (IPv4 60 + TCP 60 at most).
+	rxHeadLen = 128
+	// rxBodyCap is the pooled view for the rest: with rxHeadLen it holds
+	// the largest IP packet (65535 bytes).
+	rxBodyCap = buffer.MaxChunkSize
+	// rxCopyBelow: a body shorter than this is copied into a chunk of its
+	// own size, so small segments waiting in a receive queue do not pin
+	// 64 KiB each; the large view is then kept for the next read.
+	rxCopyBelow = 16 << 10
+	vnetHdrMax  = 16
+)
+
+func (t *TUN) read() {
+	defer t.wg.Done()
+	var vnet [vnetHdrMax]byte
+	var head [rxHeadLen]byte
+	var body *buffer.View
+	defer func() {
+		if body != nil {
+			body.Release()
+		}
+	}()
+	rc, err := t.f.SyscallConn()
+	if err != nil {
+		t.readFailed(err)
+		return
+	}
+	for {
+		if body == nil {
+			body = buffer.NewViewSize(rxBodyCap)
+		}
+		iov := [3][]byte{vnet[:t.vnet], head[:], body.AsSlice()}
+		if t.vnet == 0 {
+			iov[0] = nil
+		}
+		var n int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			n, rerr = unix.Readv(int(fd), iov[:])
+			return rerr != unix.EAGAIN
+		})
+		if err == nil {
+			err = rerr
+		}
+		if err != nil {
+			t.readFailed(err)
+			return
+		}
+		n -= t.vnet
+		if n <= 0 || n >= rxHeadLen+rxBodyCap {
+			continue // runt, or possibly truncated: drop
+		}
 		var proto tcpip.NetworkProtocolNumber
-		switch header.IPVersion(pktBytes) {
+		switch header.IPVersion(head[:min(n, rxHeadLen)]) {
 		case header.IPv4Version:
 			proto = header.IPv4ProtocolNumber
 		case header.IPv6Version:
@@ -226,7 +335,20 @@ func (t *TUN) read() {
 		default:
 			continue
 		}
-		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(pktBytes)})
+		// A TSO super-packet or a partial checksum is taken as it is:
+		// gVisor accepts large segments, and skips the checksum check
+		// (CapabilityRXChecksumOffload).
+		payload := buffer.MakeWithData(head[:min(n, rxHeadLen)])
+		if rest := n - rxHeadLen; rest > 0 {
+			if rest < rxCopyBelow {
+				payload.Append(buffer.NewViewWithData(body.AsSlice()[:rest]))
+			} else {
+				body.CapLength(rest)
+				payload.Append(body)
+				body = nil
+			}
+		}
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payload})
 		t.mu.RLock()
 		d := t.dispatcher
 		t.mu.RUnlock()
@@ -237,20 +359,8 @@ func (t *TUN) read() {
 	}
 }
 
-// writev writes header and payload as one packet without copying them
-// together; a full queue waits in the netpoller.
-func (t *TUN) writev(header, payload []byte) error {
-	rc, err := t.f.SyscallConn()
-	if err != nil {
-		return err
+func (t *TUN) readFailed(err error) {
+	if !t.closed.Load() && t.onError != nil {
+		t.onError(err)
 	}
-	var werr error
-	err = rc.Write(func(fd uintptr) bool {
-		_, werr = unix.Writev(int(fd), [][]byte{header, payload})
-		return werr != unix.EAGAIN
-	})
-	if err != nil {
-		return err
-	}
-	return werr
 }

@@ -94,8 +94,8 @@ func (st *Stack) handleUDP(req *udp.ForwarderRequest) bool {
 	st.flows[key] = f
 	st.wg.Add(2)
 	st.mu.Unlock()
-	go st.pumpUDP(key, f, f.in, f.out)
-	go st.pumpUDP(key, f, f.out, f.in)
+	st.work.Go(func() { st.pumpUDP(key, f, f.in, f.out) })
+	st.work.Go(func() { st.pumpUDP(key, f, f.out, f.in) })
 	return true
 }
 

@@ -8,12 +8,14 @@
 //	up ADDR BYTES SECS     send to a sink until BYTES or SECS; prints "up GBITS"
 //	down ADDR BYTES SECS   read from a source until BYTES or SECS; prints "down GBITS"
 //	rr ADDR N              N 1-byte TCP request/responses; prints "rr MEAN_US P50_US"
-//	cps ADDR N             N connect, read 1-byte greeting, close; prints "cps ADDR CONN_PER_S FAILED"
+//	cps ADDR N             N connect, read 1-byte greeting, close; prints
+//	                       "cps ADDR CONN_PER_S FAILED P50_US P99_US MAX_US"
 //	udprr ADDR N           N 8-byte UDP request/responses; prints "udprr MEAN_US P50_US LOST"
 //	idle MS                prints "ready", then sleeps MS milliseconds
 //
 // Steps run in order, each printing one line on stdout; a failing step
-// prints "STEP err: ..." on stdout and the command exits 1.
+// prints "STEP err: ..." on stdout, the next steps still run, and the
+// command exits 1 at the end.
 package main
 
 import (
@@ -37,6 +39,7 @@ func main() {
 		os.Exit(2)
 	}
 	arity := map[string]int{"up": 3, "down": 3, "rr": 2, "cps": 2, "udprr": 2, "idle": 1}
+	failed := false
 	for len(args) > 0 {
 		name := args[0]
 		n, ok := arity[name]
@@ -47,10 +50,14 @@ func main() {
 		out, err := step(name, args[1:1+n])
 		if err != nil {
 			fmt.Printf("%s err: %v\n", name, err)
-			os.Exit(1)
+			failed = true
+		} else {
+			fmt.Println(name + " " + out)
 		}
-		fmt.Println(name + " " + out)
 		args = args[1+n:]
+	}
+	if failed {
+		os.Exit(1)
 	}
 }
 
@@ -210,7 +217,9 @@ func cps(addr string, n int) (string, error) {
 	b := make([]byte, 1)
 	t0 := time.Now()
 	done, failed := 0, 0
+	ds := make([]time.Duration, 0, n)
 	for done < n && failed < maxFailed {
+		t := time.Now()
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
@@ -226,9 +235,12 @@ func cps(addr string, n int) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("connection %d: %w", done, err)
 		}
+		ds = append(ds, time.Since(t))
 		done++
 	}
-	return fmt.Sprintf("%s %.1f %d", addr, float64(done)/time.Since(t0).Seconds(), failed), nil
+	slices.Sort(ds)
+	q := func(f float64) float64 { return float64(ds[int(f*float64(len(ds)-1))].Microseconds()) }
+	return fmt.Sprintf("%s %.1f %d %.0f %.0f %.0f", addr, float64(done)/time.Since(t0).Seconds(), failed, q(0.5), q(0.99), q(1)), nil
 }
 
 // udprr does n round trips of an 8-byte sequence number with a UDP echo

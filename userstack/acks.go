@@ -1,0 +1,216 @@
+package userstack
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// gVisor acknowledges every batch of segments it receives at once, with a
+// bare ACK. For a request/response exchange that is one more packet written
+// to the TUN per request, before the request is even relayed: the
+// response, a few tens of microseconds later, carries the same
+// acknowledgement. The TUN endpoint therefore holds bare ACKs back, like a
+// kernel's delayed ACK:
+//
+//   - a later packet of the same flow (data, FIN or RST) carries a newer
+//     acknowledgement and replaces the held one, which is dropped;
+//   - a held ACK is written once the flow's acknowledgement has moved on by
+//     ackEvery bytes (bulk transfers keep their ACK clock) or when the
+//     link's flush timer fires (ackDelay, about a millisecond with Go's
+//     timers);
+//   - an ACK carrying SACK blocks (the sandbox's data arrived out of order)
+//     is never held.
+//
+// The held copies are written in flow order: every packet of one flow
+// passes through here in the order gVisor made it, under the flow's
+// endpoint lock.
+const (
+	ackDelay = 500 * time.Microsecond
+	ackEvery = 64 << 10
+	// ackMaxLen bounds a bare ACK's copy: IPv6 40 + TCP 60, plus the
+	// virtio-net header.
+	ackMaxLen = vnetHdrMax + 40 + 60
+)
+
+// ackKey identifies a TCP flow leaving the stack.
+type ackKey struct {
+	src, dst     tcpip.Address
+	sport, dport uint16
+}
+
+type heldAck struct {
+	base uint32 // acknowledgement of the first ACK held since the last write
+	n    int
+	buf  [ackMaxLen]byte // virtio-net header (if any) and packet
+}
+
+// ackHolder is a TUN endpoint's set of held ACKs.
+type ackHolder struct {
+	write func([]byte) error // writes one held packet to the device
+	delay time.Duration      // ackDelay; tests stretch it and flush by hand
+
+	held  atomic.Int32 // len(m): lets packets skip the lock when none is held
+	mu    sync.Mutex
+	m     map[ackKey]*heldAck
+	free  []*heldAck
+	timer *time.Timer
+	armed bool
+	done  bool
+}
+
+func newAckHolder(write func([]byte) error) *ackHolder {
+	h := &ackHolder{write: write, delay: ackDelay, m: map[ackKey]*heldAck{}}
+	h.timer = time.AfterFunc(time.Hour, h.flush)
+	h.timer.Stop()
+	return h
+}
+
+// tcpFlow returns the flow and TCP header of an outbound TCP packet.
+func tcpFlow(pkt *stack.PacketBuffer) (ackKey, header.TCP, bool) {
+	if pkt.TransportProtocolNumber != header.TCPProtocolNumber {
+		return ackKey{}, nil, false
+	}
+	tcp := header.TCP(pkt.TransportHeader().Slice())
+	if len(tcp) < header.TCPMinimumSize {
+		return ackKey{}, nil, false
+	}
+	k := ackKey{sport: tcp.SourcePort(), dport: tcp.DestinationPort()}
+	nh := pkt.NetworkHeader().Slice()
+	switch pkt.NetworkProtocolNumber {
+	case header.IPv4ProtocolNumber:
+		if len(nh) < header.IPv4MinimumSize {
+			return ackKey{}, nil, false
+		}
+		k.src, k.dst = header.IPv4(nh).SourceAddress(), header.IPv4(nh).DestinationAddress()
+	case header.IPv6ProtocolNumber:
+		if len(nh) < header.IPv6MinimumSize {
+			return ackKey{}, nil, false
+		}
+		k.src, k.dst = header.IPv6(nh).SourceAddress(), header.IPv6(nh).DestinationAddress()
+	default:
+		return ackKey{}, nil, false
+	}
+	return k, tcp, true
+}
+
+// bareAck reports whether tcp is an ACK without data, flags or SACK blocks.
+func bareAck(pkt *stack.PacketBuffer, tcp header.TCP) bool {
+	if tcp.Flags() != header.TCPFlagAck || pkt.Data().Size() != 0 {
+		return false
+	}
+	opts := tcp.Options()
+	for i := 0; i < len(opts); {
+		switch opts[i] {
+		case header.TCPOptionEOL:
+			return true
+		case header.TCPOptionNOP:
+			i++
+			continue
+		case header.TCPOptionSACK:
+			return false
+		}
+		if i+1 >= len(opts) || opts[i+1] < 2 {
+			return false // malformed: do not hold what we cannot read
+		}
+		i += int(opts[i+1])
+	}
+	return true
+}
+
+// offer is called for every outbound packet before it is written. It
+// reports true when it took the packet (a held bare ACK); otherwise the
+// caller writes the packet itself, and any ACK held for its flow has been
+// dropped (the packet acknowledges as much or more).
+func (h *ackHolder) offer(pkt *stack.PacketBuffer, vnet []byte) bool {
+	k, tcp, ok := tcpFlow(pkt)
+	if !ok {
+		return false
+	}
+	if !bareAck(pkt, tcp) {
+		if h.held.Load() > 0 && tcp.Flags().Intersects(header.TCPFlagAck|header.TCPFlagRst) {
+			h.drop(k)
+		}
+		return false
+	}
+	size := len(vnet) + pkt.Size()
+	if size > ackMaxLen {
+		return false
+	}
+	ack := tcp.AckNumber()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		return false
+	}
+	a := h.m[k]
+	if a != nil && int32(ack-a.base) >= ackEvery {
+		// The flow's acknowledgement moved on far enough: this one goes
+		// out now, and replaces the held one.
+		h.forget(k, a)
+		return false
+	}
+	if a == nil {
+		if n := len(h.free); n > 0 {
+			a, h.free = h.free[n-1], h.free[:n-1]
+		} else {
+			a = new(heldAck)
+		}
+		a.base = ack
+		h.m[k] = a
+		h.held.Store(int32(len(h.m)))
+		if !h.armed {
+			h.armed = true
+			h.timer.Reset(h.delay)
+		}
+	}
+	a.n = copy(a.buf[:], vnet)
+	for _, s := range pkt.AsSlices() {
+		a.n += copy(a.buf[a.n:], s)
+	}
+	return true
+}
+
+// drop forgets the ACK held for k, which a newer packet replaces.
+func (h *ackHolder) drop(k ackKey) {
+	h.mu.Lock()
+	if a := h.m[k]; a != nil {
+		h.forget(k, a)
+	}
+	h.mu.Unlock()
+}
+
+func (h *ackHolder) forget(k ackKey, a *heldAck) {
+	delete(h.m, k)
+	h.held.Store(int32(len(h.m)))
+	h.free = append(h.free, a)
+}
+
+// flush writes every held ACK. It holds the lock while writing so that a
+// packet of the same flow cannot overtake its ACK.
+func (h *ackHolder) flush() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.armed = false
+	if h.done {
+		return
+	}
+	for k, a := range h.m {
+		_ = h.write(a.buf[:a.n]) // lost like any packet on a failing link
+		h.forget(k, a)
+	}
+}
+
+// close stops the timer and drops what is held.
+func (h *ackHolder) close() {
+	h.mu.Lock()
+	h.done = true
+	h.timer.Stop()
+	clear(h.m)
+	h.held.Store(0)
+	h.mu.Unlock()
+}
