@@ -24,7 +24,9 @@ import (
 // Dialer opens host-side connections. network is "tcp" or "udp"; address
 // is "host:port" with a literal IP. For "udp" it must return promptly (a
 // connected UDP socket needs no handshake): it is called from the packet
-// path. A *net.Dialer with a Timeout is the production Dialer.
+// path; and the conn must implement syscall.Conn (a *net.UDPConn does):
+// datagrams are written to its descriptor without waiting. A *net.Dialer
+// with a Timeout is the production Dialer.
 type Dialer interface {
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 }
@@ -202,8 +204,7 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	// rcvWnd 0: the stack's default receive buffer (raised above).
 	tcpFwd := tcp.NewForwarder(s, 0, cfg.MaxInFlight, st.handleTCP)
 	s.SetTransportProtocolHandler(tcp.ProtocolNumber, tcpFwd.HandlePacket)
-	udpFwd := udp.NewForwarder(s, st.handleUDP)
-	s.SetTransportProtocolHandler(udp.ProtocolNumber, udpFwd.HandlePacket)
+	s.SetTransportProtocolHandler(udp.ProtocolNumber, st.handleUDP)
 	s.SetTransportProtocolHandler(icmp.ProtocolNumber4, st.handleICMP4)
 	s.SetTransportProtocolHandler(icmp.ProtocolNumber6, st.handleICMP6)
 	if !cfg.NoJanitor {

@@ -7,11 +7,14 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -41,9 +44,42 @@ func (d *fakeDialer) DialContext(_ context.Context, network, address string) (ne
 		d.calls <- dial{network: network, address: address}
 		return nil, d.fail
 	}
-	a, b := net.Pipe()
+	var a, b net.Conn
+	if network == "udp" {
+		// Datagrams, and a descriptor, as a connected UDP socket has; a
+		// SEQPACKET pair also tells the peer when the stack closes its end.
+		var err error
+		if a, b, err = datagramPair(); err != nil {
+			return nil, err
+		}
+	} else {
+		a, b = net.Pipe()
+	}
 	d.calls <- dial{network: network, address: address, peer: b}
 	return a, nil
+}
+
+// datagramPair returns the two ends of a Unix SEQPACKET socket pair as
+// conns with descriptors.
+func datagramPair() (net.Conn, net.Conn, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var conns [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "udp-test")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			if i == 1 {
+				conns[0].Close()
+			}
+			return nil, nil, err
+		}
+		conns[i] = c
+	}
+	return conns[0], conns[1], nil
 }
 
 func (d *fakeDialer) next(t *testing.T) dial {

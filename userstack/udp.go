@@ -6,11 +6,16 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
-	"gvisor.dev/gvisor/pkg/waiter"
+	"golang.org/x/sys/unix"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
@@ -20,11 +25,17 @@ type flowKey struct {
 	src, dst netip.AddrPort
 }
 
-// udpFlow is one NAT entry: the stack-side endpoint connected to the
-// sandbox's socket, and the host-side socket dialed for it.
+// udpFlow is one NAT entry: the host-side socket dialed for a sandbox
+// socket and destination.
+//
+// UDP does not go through gVisor's UDP endpoints: a datagram from the
+// sandbox is written to the flow's host socket right on the packet path,
+// and a reply is framed here (IP and UDP headers) and written to the link.
+// gVisor's endpoint, its receive queue and the goroutine hand-off to a
+// reader cost about as much as the rest of a UDP round trip together.
 type udpFlow struct {
-	in   net.Conn
 	out  net.Conn
+	raw  syscall.RawConn
 	last atomic.Int64 // UnixNano of the last datagram either way
 	once sync.Once
 }
@@ -32,89 +43,157 @@ type udpFlow struct {
 func (f *udpFlow) touch(t time.Time) { f.last.Store(t.UnixNano()) }
 
 func (f *udpFlow) close() {
-	f.once.Do(func() {
-		f.in.Close()
-		f.out.Close()
+	f.once.Do(func() { f.out.Close() })
+}
+
+// send writes one datagram to the host side without waiting: a full
+// socket buffer drops it, as a congested network would.
+func (f *udpFlow) send(b []byte) {
+	_ = f.raw.Write(func(fd uintptr) bool {
+		_, _ = unix.Write(int(fd), b)
+		return true
 	})
 }
 
-// handleUDP decides the first datagram of a new UDP flow (later datagrams
-// go straight to the flow's endpoint). Returning false makes gVisor answer
-// with ICMP port unreachable.
-func (st *Stack) handleUDP(req *udp.ForwarderRequest) bool {
-	id := req.ID()
+// handleUDP handles every UDP datagram from the sandbox. Returning false
+// makes gVisor answer with ICMP port unreachable.
+func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer) bool {
 	dst := netip.AddrPortFrom(toAddr(id.LocalAddress), id.LocalPort)
 	src := netip.AddrPortFrom(toAddr(id.RemoteAddress), id.RemotePort)
+	key := flowKey{src: src, dst: dst}
+	st.mu.Lock()
+	f := st.flows[key]
+	closed := st.closed
+	st.mu.Unlock()
+	if closed {
+		return true // drop: closing
+	}
+	if f == nil {
+		var ok bool
+		if f, ok = st.newUDPFlow(key); !ok {
+			return false
+		}
+		if f == nil {
+			return true // the dial failed after the policy allowed it: dropped
+		}
+	}
+	f.touch(st.cfg.Now())
+	f.send(pkt.Data().AsRange().ToSlice())
+	return true
+}
+
+// newUDPFlow decides a new flow, dials it and starts its reply pump. It
+// reports false for a refused destination (recorded as a Block), and a nil
+// flow when the dial failed or the stack is closing.
+func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, bool) {
 	var target netip.AddrPort
 	switch {
-	case st.isLocal(dst.Addr()):
+	case st.isLocal(key.dst.Addr()):
 		up, ok := st.upstream()
-		if dst.Port() != netpolicy.DNSPort || !ok {
-			st.block(netpolicy.ProtoUDP, dst, "local address, not a DNS port")
-			return false
+		if key.dst.Port() != netpolicy.DNSPort || !ok {
+			st.block(netpolicy.ProtoUDP, key.dst, "local address, not a DNS port")
+			return nil, false
 		}
 		target = up
 	default:
-		if v := st.cfg.Policy.Check(netpolicy.ProtoUDP, dst); !v.Allowed {
-			st.block(netpolicy.ProtoUDP, dst, v.Rule)
-			return false
+		if v := st.cfg.Policy.Check(netpolicy.ProtoUDP, key.dst); !v.Allowed {
+			st.block(netpolicy.ProtoUDP, key.dst, v.Rule)
+			return nil, false
 		}
-		target = dst
-	}
-	key := flowKey{src: src, dst: dst}
-	st.mu.Lock()
-	_, exists := st.flows[key]
-	closed := st.closed
-	st.mu.Unlock()
-	if closed || exists {
-		return true // drop: closing, or the flow is being torn down
+		target = key.dst
 	}
 	ctx, cancel := context.WithTimeout(st.ctx, st.cfg.DialTimeout)
 	out, err := st.cfg.Dialer.DialContext(ctx, "udp", target.String())
 	cancel()
 	if err != nil {
 		st.cfg.Logf("userstack: dial udp %s: %v", target, err)
-		return false
+		return nil, false
 	}
-	var wq waiter.Queue
-	ep, terr := req.CreateEndpoint(&wq)
-	if terr != nil {
-		st.cfg.Logf("userstack: udp endpoint for %s -> %s: %s", src, dst, terr)
+	f := &udpFlow{out: out}
+	if sc, ok := out.(syscall.Conn); ok {
+		f.raw, err = sc.SyscallConn()
+	}
+	if f.raw == nil || err != nil {
+		// The Dialer's contract: a "udp" conn has a descriptor.
+		st.cfg.Logf("userstack: dial udp %s: %T has no descriptor to write to", target, out)
 		out.Close()
-		return true
+		return nil, true
 	}
-	f := &udpFlow{in: gonet.NewUDPConn(&wq, ep), out: out}
-	f.touch(st.cfg.Now())
 	st.mu.Lock()
-	if st.closed || st.flows[key] != nil {
+	if st.closed {
 		st.mu.Unlock()
 		f.close()
-		return true
+		return nil, true
+	}
+	if old := st.flows[key]; old != nil {
+		// Another datagram of the flow won the race: use its entry.
+		st.mu.Unlock()
+		f.close()
+		return old, true
 	}
 	st.flows[key] = f
-	st.wg.Add(2)
+	st.wg.Add(1)
 	st.mu.Unlock()
-	st.work.Go(func() { st.pumpUDP(key, f, f.in, f.out) })
-	st.work.Go(func() { st.pumpUDP(key, f, f.out, f.in) })
-	return true
+	st.work.Go(func() { st.pumpReplies(key, f) })
+	return f, true
 }
 
-// pumpUDP copies datagrams from src to dst until either side fails or the
-// flow is closed, then closes and forgets the flow.
-func (st *Stack) pumpUDP(key flowKey, f *udpFlow, src, dst net.Conn) {
+// udpHeadroom is the room pumpReplies leaves for the IPv6 and UDP headers.
+const udpHeadroom = header.IPv6MinimumSize + header.UDPMinimumSize
+
+// pumpReplies frames every datagram the host side receives as a reply to
+// the sandbox's socket, until the flow is closed or its socket fails, then
+// forgets the flow.
+func (st *Stack) pumpReplies(key flowKey, f *udpFlow) {
 	defer st.wg.Done()
 	defer st.dropFlow(key, f)
-	buf := make([]byte, 65535)
+	buf := make([]byte, udpHeadroom+65535)
 	for {
-		n, err := src.Read(buf)
+		n, err := f.out.Read(buf[udpHeadroom:])
 		if err != nil {
 			return
 		}
 		f.touch(st.cfg.Now())
-		if _, err := dst.Write(buf[:n]); err != nil {
-			return
+		if err := st.writeUDP(buf, n, key.dst, key.src); err != nil {
+			st.cfg.Logf("userstack: udp reply to %s: %s", key.src, err)
 		}
 	}
+}
+
+// writeUDP writes the n payload bytes at buf[udpHeadroom:] to the sandbox
+// as a datagram from src to dst, framing it in the headroom.
+func (st *Stack) writeUDP(buf []byte, n int, src, dst netip.AddrPort) tcpip.Error {
+	payload := buf[udpHeadroom : udpHeadroom+n]
+	udpLen := header.UDPMinimumSize + n
+	ipLen := header.IPv4MinimumSize
+	proto := header.IPv4ProtocolNumber
+	if src.Addr().Is6() && !src.Addr().Is4In6() {
+		ipLen = header.IPv6MinimumSize
+		proto = header.IPv6ProtocolNumber
+	}
+	if ipLen+udpLen > 0xffff && proto == header.IPv4ProtocolNumber {
+		return &tcpip.ErrMessageTooLong{}
+	}
+	pktBytes := buf[udpHeadroom-header.UDPMinimumSize-ipLen : udpHeadroom+n]
+	s, d := taddrOf(src.Addr()), taddrOf(dst.Addr())
+	u := header.UDP(pktBytes[ipLen:])
+	u.Encode(&header.UDPFields{SrcPort: src.Port(), DstPort: dst.Port(), Length: uint16(udpLen)})
+	xsum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, s, d, uint16(udpLen))
+	xsum = checksum.Checksum(payload, xsum)
+	u.SetChecksum(^u.CalculateChecksum(xsum))
+	if proto == header.IPv4ProtocolNumber {
+		ip := header.IPv4(pktBytes)
+		ip.Encode(&header.IPv4Fields{TotalLength: uint16(ipLen + udpLen), TTL: 64, Protocol: uint8(header.UDPProtocolNumber), SrcAddr: s, DstAddr: d})
+		ip.SetChecksum(^ip.CalculateChecksum())
+	} else {
+		header.IPv6(pktBytes).Encode(&header.IPv6Fields{PayloadLength: uint16(udpLen), TransportProtocol: header.UDPProtocolNumber, HopLimit: 64, SrcAddr: s, DstAddr: d})
+	}
+	return st.s.WriteRawPacket(nicID, proto, buffer.MakeWithData(pktBytes))
+}
+
+func taddrOf(a netip.Addr) tcpip.Address {
+	a = a.Unmap()
+	return tcpip.AddrFromSlice(a.AsSlice())
 }
 
 func (st *Stack) dropFlow(key flowKey, f *udpFlow) {
