@@ -3,7 +3,7 @@
 # Installs what the tests need, checks formatting, vet and staticcheck, runs
 # every test with the race detector (privileged tests included: run it as
 # root, where a skipped privileged test counts as a failure), then the
-# launch benchmark, which prints figures and asserts nothing.
+# launch and shadow benchmarks, which print figures and assert nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
@@ -55,4 +55,5 @@ go test -race -count=1 ./...
 
 step "benchmarks (figures only)"
 go test -run '^$' -bench 'BenchmarkLaunch$' -benchtime 200x -count 1 ./integration/
+go test -run '^$' -bench 'BenchmarkLaunchJail$' -benchtime 100x -count 1 ./integration/
 go test -run '^$' -bench 'BenchmarkShadowOverhead$' -benchtime 3x -count 1 ./integration/

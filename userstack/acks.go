@@ -1,6 +1,7 @@
 package userstack
 
 import (
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,11 +21,15 @@ import (
 //   - a later packet of the same flow (data, FIN or RST) carries a newer
 //     acknowledgement and replaces the held one, which is dropped;
 //   - a held ACK is written once the flow's acknowledgement has moved on by
-//     ackEvery bytes (bulk transfers keep their ACK clock) or when the
-//     link's flush timer fires (ackDelay, about a millisecond with Go's
-//     timers);
+//     ackEvery bytes (bulk transfers keep their ACK clock), when the data
+//     it acknowledges has been relayed to the host (Flush: a sender waiting
+//     for it under Nagle's algorithm waits no longer than the relay), or
+//     when the link's flush timer fires (ackDelay, about a millisecond with
+//     Go's timers);
 //   - an ACK carrying SACK blocks (the sandbox's data arrived out of order)
-//     is never held.
+//     is never held, and neither is a second ACK of the same number
+//     (duplicate ACKs drive a sender's fast retransmit without SACK): the
+//     held one is written first.
 //
 // The held copies are written in flow order: every packet of one flow
 // passes through here in the order gVisor made it, under the flow's
@@ -45,6 +50,7 @@ type ackKey struct {
 
 type heldAck struct {
 	base uint32 // acknowledgement of the first ACK held since the last write
+	ack  uint32 // acknowledgement of the ACK held now
 	n    int
 	buf  [ackMaxLen]byte // virtio-net header (if any) and packet
 }
@@ -139,6 +145,7 @@ func (h *ackHolder) offer(pkt *stack.PacketBuffer, vnet []byte) bool {
 	}
 	size := len(vnet) + pkt.Size()
 	if size > ackMaxLen {
+		h.drop(k) // not expected; never let an older ACK follow it
 		return false
 	}
 	ack := tcp.AckNumber()
@@ -151,6 +158,12 @@ func (h *ackHolder) offer(pkt *stack.PacketBuffer, vnet []byte) bool {
 	if a != nil && int32(ack-a.base) >= ackEvery {
 		// The flow's acknowledgement moved on far enough: this one goes
 		// out now, and replaces the held one.
+		h.forget(k, a)
+		return false
+	}
+	if a != nil && ack == a.ack {
+		// A duplicate (or a window update): both go out, in order.
+		_ = h.write(a.buf[:a.n])
 		h.forget(k, a)
 		return false
 	}
@@ -168,11 +181,27 @@ func (h *ackHolder) offer(pkt *stack.PacketBuffer, vnet []byte) bool {
 			h.timer.Reset(h.delay)
 		}
 	}
+	a.ack = ack
 	a.n = copy(a.buf[:], vnet)
 	for _, s := range pkt.AsSlices() {
 		a.n += copy(a.buf[a.n:], s)
 	}
 	return true
+}
+
+// Flush writes the ACK held for the flow from src to dst, if any: the
+// data it acknowledges has been relayed.
+func (h *ackHolder) Flush(src, dst netip.AddrPort) {
+	if h.held.Load() == 0 {
+		return
+	}
+	k := ackKey{src: taddrOf(src.Addr()), dst: taddrOf(dst.Addr()), sport: src.Port(), dport: dst.Port()}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if a := h.m[k]; a != nil && !h.done {
+		_ = h.write(a.buf[:a.n])
+		h.forget(k, a)
+	}
 }
 
 // drop forgets the ACK held for k, which a newer packet replaces.

@@ -143,6 +143,15 @@ func TestAckHolder(t *testing.T) {
 				t.Error("an ACK a whole ackEvery ahead was held")
 			}
 		}, nil},
+		{"a duplicate ACK is not merged: the held one goes first", func(t *testing.T, h *ackHolder) {
+			h.offer(outTCP(t, srvA, cliA, header.TCPFlagAck, 100, nil, nil), nil)
+			if h.offer(outTCP(t, srvA, cliA, header.TCPFlagAck, 100, nil, nil), nil) {
+				t.Error("a duplicate ACK was held")
+			}
+			if got := len(h.m); got != 0 {
+				t.Errorf("%d still held", got)
+			}
+		}, nil},
 		{"sequence wrap", func(t *testing.T, h *ackHolder) {
 			h.offer(outTCP(t, srvA, cliA, header.TCPFlagAck, 0xffffff00, nil, nil), nil)
 			h.offer(outTCP(t, srvA, cliA, header.TCPFlagAck, 0x10, nil, nil), nil) // 0x110 ahead
@@ -152,8 +161,16 @@ func TestAckHolder(t *testing.T) {
 			h, w := newTestHolder()
 			defer h.close()
 			tc.run(t, h)
-			if n := len(w.pkts); n != 0 {
+			if n := len(w.pkts); n != 0 && tc.name != "a duplicate ACK is not merged: the held one goes first" {
 				t.Fatalf("the holder wrote %d packets before its flush", n)
+			}
+			if tc.name == "a duplicate ACK is not merged: the held one goes first" {
+				// Written by offer itself, before the caller writes the
+				// duplicate.
+				if got := w.acks(t); len(got) != 1 || got[0] != 100 {
+					t.Fatalf("written %v, want the held ACK 100", got)
+				}
+				return
 			}
 			h.flush()
 			got := w.acks(t)
@@ -216,5 +233,25 @@ func TestAckHolderClosed(t *testing.T) {
 	h.flush()
 	if len(w.pkts) != 0 {
 		t.Errorf("wrote %d packets after close", len(w.pkts))
+	}
+}
+
+// Flush writes the ACK held for one flow, once the data it acknowledges
+// has been relayed, and leaves the other flows' alone.
+func TestAckHolderFlushOneFlow(t *testing.T) {
+	h, w := newTestHolder()
+	defer h.close()
+	h.offer(outTCP(t, srvA, cliA, header.TCPFlagAck, 100, nil, nil), nil)
+	h.offer(outTCP(t, srvB, cliB, header.TCPFlagAck, 7, nil, nil), nil)
+	h.Flush(srvA, cliA)
+	if got := w.acks(t); len(got) != 1 || got[0] != 100 {
+		t.Fatalf("Flush wrote %v, want the first flow's 100", got)
+	}
+	h.Flush(srvA, cliA) // nothing held any more: no second write
+	if got := w.acks(t); len(got) != 1 {
+		t.Fatalf("a second Flush wrote again: %v", got)
+	}
+	if h.held.Load() != 1 {
+		t.Errorf("held %d, want the other flow's ACK still held", h.held.Load())
 	}
 }

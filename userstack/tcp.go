@@ -63,6 +63,7 @@ func (st *Stack) tcpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
 // destination gives the sandbox a RST instead of an accepted connection
 // that then closes; then it completes the handshake and splices.
 func (st *Stack) forwardTCP(req *tcp.ForwarderRequest, target netip.AddrPort) {
+	id := req.ID() // valid only until Complete
 	ctx, cancel := context.WithTimeout(st.ctx, st.cfg.DialTimeout)
 	out, err := st.cfg.Dialer.DialContext(ctx, "tcp", target.String())
 	cancel()
@@ -93,25 +94,50 @@ func (st *Stack) forwardTCP(req *tcp.ForwarderRequest, target netip.AddrPort) {
 		return
 	}
 	defer st.untrack(in, out)
-	st.splice(in, out)
+	var relayed func()
+	if f, ok := st.ep.(ackFlusher); ok {
+		ours := netip.AddrPortFrom(toAddr(id.LocalAddress), id.LocalPort)
+		theirs := netip.AddrPortFrom(toAddr(id.RemoteAddress), id.RemotePort)
+		relayed = func() { f.FlushAck(ours, theirs) }
+	}
+	st.splice(in, out, relayed)
 }
 
 type closeWriter interface{ CloseWrite() error }
+
+// notifyWriter calls after once each write returned.
+type notifyWriter struct {
+	w     io.Writer
+	after func()
+}
+
+func (n notifyWriter) Write(p []byte) (int, error) {
+	k, err := n.w.Write(p)
+	n.after()
+	return k, err
+}
 
 // relayBuffers recycles splice buffers: a fresh 256 KiB pair per
 // connection made the launcher grow by about 130 KiB a connection under
 // connection churn, until the garbage collector caught up.
 var relayBuffers = sync.Pool{New: func() any { b := make([]byte, relayBufferSize); return &b }}
 
+// ackFlusher is a link endpoint that holds back bare ACKs (TUN): it is
+// told when the data such an ACK acknowledges has been relayed.
+type ackFlusher interface {
+	FlushAck(src, dst netip.AddrPort)
+}
+
 // splice copies both ways until both directions are done: from b to a on a
-// worker, from a to b on the calling goroutine. An EOF in one direction is
-// passed on as a half-close (CloseWrite) so that protocols that shut down
-// their sending side first keep working; an error in either direction
-// tears both down. Both conns are closed on return.
-func (st *Stack) splice(a, b net.Conn) {
+// worker, from a to b on the calling goroutine, calling relayed (if set)
+// after each write to b. An EOF in one direction is passed on as a
+// half-close (CloseWrite) so that protocols that shut down their sending
+// side first keep working; an error in either direction tears both down.
+// Both conns are closed on return.
+func (st *Stack) splice(a, b net.Conn, relayed func()) {
 	errc := make(chan error, 1)
-	st.work.Go(func() { errc <- copyHalf(a, b) })
-	if err := copyHalf(b, a); err != nil {
+	st.work.Go(func() { errc <- copyHalf(a, b, nil) })
+	if err := copyHalf(b, a, relayed); err != nil {
 		// A reset or closed side: unblock the other direction now.
 		a.Close()
 		b.Close()
@@ -122,10 +148,15 @@ func (st *Stack) splice(a, b net.Conn) {
 }
 
 // copyHalf copies src to dst until src ends, then half-closes dst. On an
-// error it closes both, which ends the other direction too.
-func copyHalf(dst, src net.Conn) error {
+// error it closes both, which ends the other direction too. relayed, if
+// set, runs after each write.
+func copyHalf(dst, src net.Conn, relayed func()) error {
 	buf := relayBuffers.Get().(*[]byte)
-	_, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *buf)
+	var w io.Writer = struct{ io.Writer }{dst}
+	if relayed != nil {
+		w = notifyWriter{dst, relayed}
+	}
+	_, err := io.CopyBuffer(w, struct{ io.Reader }{src}, *buf)
 	relayBuffers.Put(buf)
 	if err != nil {
 		dst.Close()

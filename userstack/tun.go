@@ -1,6 +1,7 @@
 package userstack
 
 import (
+	"net/netip"
 	"os"
 	"runtime"
 	"sync"
@@ -119,8 +120,8 @@ func (t *TUN) Close() {
 	if !t.closed.CompareAndSwap(false, true) {
 		return
 	}
+	t.f.Close() // first: a flush waiting on a full device then fails at once
 	t.acks.close()
-	t.f.Close()
 	t.wg.Wait()
 	t.mu.RLock()
 	f := t.onClose
@@ -129,6 +130,11 @@ func (t *TUN) Close() {
 		f()
 	}
 }
+
+// FlushAck writes the bare ACK held for the TCP flow from src to dst (the
+// stack's side to the sandbox's), if one is held: the stack calls it once
+// the data that ACK acknowledges has been relayed to the host.
+func (t *TUN) FlushAck(src, dst netip.AddrPort) { t.acks.Flush(src, dst) }
 
 // GSOMaxSize implements stack.GSOEndpoint.
 func (t *TUN) GSOMaxSize() uint32 {

@@ -200,3 +200,51 @@ func TestTUNEndpointCarriesUDP(t *testing.T) {
 		}
 	}
 }
+
+// A reply whose UDP checksum sums to zero is sent with 0xffff: zero means
+// "no checksum", which IPv6 forbids (the sandbox's kernel would drop it).
+func TestUDPReplyChecksumNeverZero(t *testing.T) {
+	tun, peer := newTUNPair(t, 0)
+	dialer := newFakeDialer()
+	st, err := New(tun, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), Dialer: dialer, NoJanitor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	src, dst := netip.AddrPortFrom(jail6, 40300), netip.MustParseAddrPort("[2001:db8::1]:5064")
+	// Find a 2-byte payload whose checksum field would come out as 0.
+	var payload []byte
+	for v := 0; v < 1<<16 && payload == nil; v++ {
+		p := []byte{byte(v >> 8), byte(v)}
+		u := header.UDP(make([]byte, header.UDPMinimumSize))
+		u.Encode(&header.UDPFields{SrcPort: dst.Port(), DstPort: src.Port(), Length: header.UDPMinimumSize + 2})
+		xsum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, taddr(dst.Addr()), taddr(src.Addr()), header.UDPMinimumSize+2)
+		if ^u.CalculateChecksum(checksum.Checksum(p, xsum)) == 0 {
+			payload = p
+		}
+	}
+	if payload == nil {
+		t.Fatal("no payload sums to zero")
+	}
+	_, b := udpBytes(src, dst, []byte("q"))
+	peer.send(t, b)
+	up := dialer.next(t)
+	if _, err := up.peer.Read(make([]byte, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := up.peer.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	n, err := unix.Read(peer.fd, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := header.UDP(header.IPv6(buf[:n]).Payload())
+	if u.Checksum() != 0xffff {
+		t.Errorf("checksum field %#x, want 0xffff", u.Checksum())
+	}
+	if !bytes.Equal(u.Payload(), payload) {
+		t.Errorf("payload %x, want %x", u.Payload(), payload)
+	}
+}

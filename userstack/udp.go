@@ -83,8 +83,10 @@ func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer
 }
 
 // newUDPFlow decides a new flow, dials it and starts its reply pump. It
-// reports false for a refused destination (recorded as a Block), and a nil
-// flow when the dial failed or the stack is closing.
+// reports false for a refused destination (recorded as a Block) or a
+// failed dial: the sandbox then gets ICMP port unreachable. A nil flow
+// with true means the datagram is dropped (closing, or a conn without a
+// descriptor).
 func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, bool) {
 	var target netip.AddrPort
 	switch {
@@ -131,6 +133,9 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, bool) {
 		f.close()
 		return old, true
 	}
+	// Touched before it is visible, or the janitor could expire it before
+	// its first datagram.
+	f.touch(st.cfg.Now())
 	st.flows[key] = f
 	st.wg.Add(1)
 	st.mu.Unlock()
@@ -180,7 +185,13 @@ func (st *Stack) writeUDP(buf []byte, n int, src, dst netip.AddrPort) tcpip.Erro
 	u.Encode(&header.UDPFields{SrcPort: src.Port(), DstPort: dst.Port(), Length: uint16(udpLen)})
 	xsum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, s, d, uint16(udpLen))
 	xsum = checksum.Checksum(payload, xsum)
-	u.SetChecksum(^u.CalculateChecksum(xsum))
+	// A sum that comes out as 0 is sent as 0xffff: 0 means "no checksum",
+	// which IPv6 does not allow.
+	if c := ^u.CalculateChecksum(xsum); c != 0 {
+		u.SetChecksum(c)
+	} else {
+		u.SetChecksum(0xffff)
+	}
 	if proto == header.IPv4ProtocolNumber {
 		ip := header.IPv4(pktBytes)
 		ip.Encode(&header.IPv4Fields{TotalLength: uint16(ipLen + udpLen), TTL: 64, Protocol: uint8(header.UDPProtocolNumber), SrcAddr: s, DstAddr: d})

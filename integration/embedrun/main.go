@@ -75,7 +75,7 @@ func main() {
 		}
 		var j nsexec.Jail = jail.New(setup, jo)
 		if *failOnUSR1 {
-			j = &failingJail{Jail: j.(*jail.Jail), fail: make(chan error, 1)}
+			j = newFailingJail(j.(*jail.Jail))
 		}
 		opts.Jail = j
 	}
@@ -110,18 +110,23 @@ func withoutBlocks(rp routes.Plan) routes.Plan {
 }
 
 // failingJail reports a stack failure on SIGUSR1, as a dying userstack
-// would.
+// would. The signal is caught from the start: the test sends it once the
+// command runs, which can be before the engine first asks for Failed (a
+// SIGUSR1 nobody was notified of is dropped by the Go runtime).
 type failingJail struct {
 	*jail.Jail
 	fail chan error
 }
 
-func (f *failingJail) Failed() <-chan error {
+func newFailingJail(j *jail.Jail) *failingJail {
+	f := &failingJail{Jail: j, fail: make(chan error, 1)}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGUSR1)
 	go func() {
 		<-sig
 		f.fail <- errors.New("simulated userstack failure")
 	}()
-	return f.fail
+	return f
 }
+
+func (f *failingJail) Failed() <-chan error { return f.fail }
