@@ -46,6 +46,20 @@ func newTUNPair(t *testing.T, vnet int) (*TUN, *tunPeer) {
 	return NewTUN(os.NewFile(uintptr(fds[0]), "tun-test"), 65520, vnet, nil), &tunPeer{fd: fds[1], vnet: vnet}
 }
 
+// newTUNStack runs a stack with the default policy on a TUN endpoint over
+// a socket pair, closed with the test.
+func newTUNStack(t *testing.T, vnet int) (*tunPeer, *fakeDialer) {
+	t.Helper()
+	tun, peer := newTUNPair(t, vnet)
+	dialer := newFakeDialer()
+	st, err := New(tun, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), Dialer: dialer, NoJanitor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return peer, dialer
+}
+
 func (p *tunPeer) send(t *testing.T, b []byte) {
 	t.Helper()
 	if _, err := unix.Write(p.fd, append(make([]byte, p.vnet), b...)); err != nil {
@@ -87,17 +101,7 @@ func (p *tunPeer) recvTCP(t *testing.T, skipBare bool) header.TCP {
 func TestTUNEndpointCarriesTCP(t *testing.T) {
 	for _, vnet := range []int{0, 10} {
 		t.Run(map[int]string{0: "plain", 10: "vnet"}[vnet], func(t *testing.T) {
-			tun, peer := newTUNPair(t, vnet)
-			dialer := newFakeDialer()
-			st, err := New(tun, Config{
-				Policy:    netpolicy.MustNew(netpolicy.Config{}),
-				Dialer:    dialer,
-				NoJanitor: true,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			peer, dialer := newTUNStack(t, vnet)
 			src, dst := netip.AddrPortFrom(jail4, 40100), netip.MustParseAddrPort("203.0.113.1:80")
 			_, syn := tcpSeg{src: src, dst: dst, flags: header.TCPFlagSyn, seq: 1000}.bytes()
 			peer.send(t, syn)
@@ -141,13 +145,7 @@ func TestTUNEndpointCarriesTCP(t *testing.T) {
 // the upstream socket, and the reply the stack frames itself comes back
 // from the address the sandbox wrote to, with valid checksums.
 func TestTUNEndpointCarriesUDP(t *testing.T) {
-	tun, peer := newTUNPair(t, 10)
-	dialer := newFakeDialer()
-	st, err := New(tun, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), Dialer: dialer, NoJanitor: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	peer, dialer := newTUNStack(t, 10)
 	buf := make([]byte, 1<<17)
 	for _, c := range []struct{ src, dst netip.AddrPort }{
 		{netip.AddrPortFrom(jail4, 40200), netip.MustParseAddrPort("203.0.113.1:5064")},
@@ -204,13 +202,7 @@ func TestTUNEndpointCarriesUDP(t *testing.T) {
 // A reply whose UDP checksum sums to zero is sent with 0xffff: zero means
 // "no checksum", which IPv6 forbids (the sandbox's kernel would drop it).
 func TestUDPReplyChecksumNeverZero(t *testing.T) {
-	tun, peer := newTUNPair(t, 0)
-	dialer := newFakeDialer()
-	st, err := New(tun, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), Dialer: dialer, NoJanitor: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	peer, dialer := newTUNStack(t, 0)
 	src, dst := netip.AddrPortFrom(jail6, 40300), netip.MustParseAddrPort("[2001:db8::1]:5064")
 	// Find a 2-byte payload whose checksum field would come out as 0.
 	var payload []byte
