@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +32,7 @@ import (
 // checksummed and TSO super-packets are taken as they are.
 type TUN struct {
 	f       *os.File // non-blocking, so that Read parks in the netpoller
+	rc      syscall.RawConn
 	mtu     atomic.Uint32
 	vnet    int // virtio-net header length, 0 without one
 	onError func(error)
@@ -50,6 +52,7 @@ type TUN struct {
 // that was not caused by Close (the device went away).
 func NewTUN(f *os.File, mtu uint32, vnetHdrLen int, onError func(error)) *TUN {
 	t := &TUN{f: f, vnet: vnetHdrLen, onError: onError}
+	t.rc, _ = f.SyscallConn() // fails only for a closed file: every I/O then fails too
 	t.mtu.Store(mtu)
 	t.acks = newAckHolder(t.writeBytes)
 	return t
@@ -234,12 +237,11 @@ func (t *TUN) writePacket(prefix []byte, pkt *stack.PacketBuffer) error {
 		add(b[skip:])
 		skip = 0
 	}
-	rc, err := t.f.SyscallConn()
-	if err != nil {
-		return err
+	if t.rc == nil {
+		return os.ErrClosed
 	}
 	var werr error
-	err = rc.Write(func(fd uintptr) bool {
+	err := t.rc.Write(func(fd uintptr) bool {
 		_, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
 		if e != 0 {
 			werr = e
@@ -257,12 +259,11 @@ func (t *TUN) writePacket(prefix []byte, pkt *stack.PacketBuffer) error {
 
 // writeBytes writes one packet (with its virtio-net header, if any).
 func (t *TUN) writeBytes(b []byte) error {
-	rc, err := t.f.SyscallConn()
-	if err != nil {
-		return err
+	if t.rc == nil {
+		return os.ErrClosed
 	}
 	var werr error
-	err = rc.Write(func(fd uintptr) bool {
+	err := t.rc.Write(func(fd uintptr) bool {
 		_, werr = unix.Write(int(fd), b)
 		return werr != unix.EAGAIN
 	})
@@ -302,9 +303,8 @@ func (t *TUN) read() {
 			body.Release()
 		}
 	}()
-	rc, err := t.f.SyscallConn()
-	if err != nil {
-		t.readFailed(err)
+	if t.rc == nil {
+		t.readFailed(os.ErrClosed)
 		return
 	}
 	for {
@@ -317,7 +317,7 @@ func (t *TUN) read() {
 		}
 		var n int
 		var rerr error
-		err := rc.Read(func(fd uintptr) bool {
+		err := t.rc.Read(func(fd uintptr) bool {
 			n, rerr = unix.Readv(int(fd), iov[:])
 			return rerr != unix.EAGAIN
 		})
