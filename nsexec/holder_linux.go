@@ -172,13 +172,7 @@ func exitCode(ps *os.ProcessState) int {
 	if !ok {
 		return ExitSetup
 	}
-	switch {
-	case ws.Exited():
-		return ws.ExitStatus()
-	case ws.Signaled():
-		return 128 + int(ws.Signal())
-	}
-	return ExitSetup
+	return statusCode(unix.WaitStatus(ws))
 }
 
 // sendFD passes fd over the SEQPACKET socket sock, tagged.
