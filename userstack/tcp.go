@@ -149,7 +149,7 @@ func (st *Stack) splice(a, b net.Conn, relayed func()) {
 
 // copyHalf copies src to dst until src ends, then half-closes dst. On an
 // error it closes both, which ends the other direction too. relayed, if
-// set, runs after each write.
+// set, runs after each write and after the half-close.
 func copyHalf(dst, src net.Conn, relayed func()) error {
 	buf := relayBuffers.Get().(*[]byte)
 	var w io.Writer = struct{ io.Writer }{dst}
@@ -169,6 +169,9 @@ func copyHalf(dst, src net.Conn, relayed func()) error {
 		}
 	} else {
 		dst.Close()
+	}
+	if relayed != nil {
+		relayed() // the FIN, passed on too
 	}
 	return nil
 }
