@@ -563,7 +563,12 @@ func TestCloseReleasesEverything(t *testing.T) {
 	d1 := dialer.next(t)
 	send(udpBytes(src, netip.MustParseAddrPort("203.0.113.1:9999"), []byte("x")))
 	d2 := dialer.next(t)
-	go io.Copy(io.Discard, d2.peer)
+	// The datagram reaches the upstream (read it, so that the read below
+	// can only see the close).
+	d2.peer.SetReadDeadline(time.Now().Add(20 * time.Second)) // failsafe
+	if n, err := d2.peer.Read(make([]byte, 8)); err != nil || n != 1 {
+		t.Fatalf("upstream datagram: %d bytes, %v", n, err)
+	}
 	st.Close()
 	st.Close()
 	for _, p := range []net.Conn{d1.peer, d2.peer} {
