@@ -76,32 +76,28 @@ func newAckHolder(write func([]byte) error) *ackHolder {
 	return h
 }
 
-// tcpFlow returns the flow and TCP header of an outbound TCP packet.
-func tcpFlow(pkt *stack.PacketBuffer) (ackKey, header.TCP, bool) {
+// tcpHeader returns the TCP header of an outbound TCP packet.
+func tcpHeader(pkt *stack.PacketBuffer) (header.TCP, bool) {
 	if pkt.TransportProtocolNumber != header.TCPProtocolNumber {
-		return ackKey{}, nil, false
+		return nil, false
 	}
 	tcp := header.TCP(pkt.TransportHeader().Slice())
-	if len(tcp) < header.TCPMinimumSize {
-		return ackKey{}, nil, false
-	}
+	return tcp, len(tcp) >= header.TCPMinimumSize
+}
+
+// flowOf returns the flow of an outbound TCP packet with header tcp.
+func flowOf(pkt *stack.PacketBuffer, tcp header.TCP) (ackKey, bool) {
 	k := ackKey{sport: tcp.SourcePort(), dport: tcp.DestinationPort()}
 	nh := pkt.NetworkHeader().Slice()
-	switch pkt.NetworkProtocolNumber {
-	case header.IPv4ProtocolNumber:
-		if len(nh) < header.IPv4MinimumSize {
-			return ackKey{}, nil, false
-		}
+	switch {
+	case pkt.NetworkProtocolNumber == header.IPv4ProtocolNumber && len(nh) >= header.IPv4MinimumSize:
 		k.src, k.dst = header.IPv4(nh).SourceAddress(), header.IPv4(nh).DestinationAddress()
-	case header.IPv6ProtocolNumber:
-		if len(nh) < header.IPv6MinimumSize {
-			return ackKey{}, nil, false
-		}
+	case pkt.NetworkProtocolNumber == header.IPv6ProtocolNumber && len(nh) >= header.IPv6MinimumSize:
 		k.src, k.dst = header.IPv6(nh).SourceAddress(), header.IPv6(nh).DestinationAddress()
 	default:
-		return ackKey{}, nil, false
+		return ackKey{}, false
 	}
-	return k, tcp, true
+	return k, true
 }
 
 // bareAck reports whether tcp is an ACK without data, flags or SACK blocks.
@@ -133,14 +129,20 @@ func bareAck(pkt *stack.PacketBuffer, tcp header.TCP) bool {
 // caller writes the packet itself, and any ACK held for its flow has been
 // dropped (the packet acknowledges as much or more).
 func (h *ackHolder) offer(pkt *stack.PacketBuffer, vnet []byte) bool {
-	k, tcp, ok := tcpFlow(pkt)
+	tcp, ok := tcpHeader(pkt)
 	if !ok {
 		return false
 	}
-	if !bareAck(pkt, tcp) {
-		if h.held.Load() > 0 && tcp.Flags().Intersects(header.TCPFlagAck|header.TCPFlagRst) {
-			h.drop(k)
-		}
+	bare := bareAck(pkt, tcp)
+	if !bare && (h.held.Load() == 0 || !tcp.Flags().Intersects(header.TCPFlagAck|header.TCPFlagRst)) {
+		return false // the common case: data, with nothing held to replace
+	}
+	k, ok := flowOf(pkt, tcp)
+	if !ok {
+		return false
+	}
+	if !bare {
+		h.drop(k)
 		return false
 	}
 	size := len(vnet) + pkt.Size()
@@ -195,7 +197,7 @@ func (h *ackHolder) Flush(src, dst netip.AddrPort) {
 	if h.held.Load() == 0 {
 		return
 	}
-	k := ackKey{src: taddrOf(src.Addr()), dst: taddrOf(dst.Addr()), sport: src.Port(), dport: dst.Port()}
+	k := ackKey{src: tcpAddr(src.Addr()), dst: tcpAddr(dst.Addr()), sport: src.Port(), dport: dst.Port()}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if a := h.m[k]; a != nil && !h.done {

@@ -28,12 +28,13 @@ func outTCP(t *testing.T, src, dst netip.AddrPort, flags header.TCPFlags, ack ui
 	if src.Addr().Is4() {
 		ip := header.IPv4(pkt.NetworkHeader().Push(header.IPv4MinimumSize))
 		ip.Encode(&header.IPv4Fields{TotalLength: uint16(pkt.Size()), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
-			SrcAddr: taddr(src.Addr()), DstAddr: taddr(dst.Addr())})
+			SrcAddr: tcpAddr(src.Addr()), DstAddr: tcpAddr(dst.Addr())})
+		ip.SetChecksum(^ip.CalculateChecksum())
 		pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
 	} else {
 		ip := header.IPv6(pkt.NetworkHeader().Push(header.IPv6MinimumSize))
 		ip.Encode(&header.IPv6Fields{PayloadLength: uint16(tcpLen + len(payload)), TransportProtocol: header.TCPProtocolNumber,
-			HopLimit: 64, SrcAddr: taddr(src.Addr()), DstAddr: taddr(dst.Addr())})
+			HopLimit: 64, SrcAddr: tcpAddr(src.Addr()), DstAddr: tcpAddr(dst.Addr())})
 		pkt.NetworkProtocolNumber = header.IPv6ProtocolNumber
 	}
 	t.Cleanup(pkt.DecRef)
@@ -59,14 +60,7 @@ func (w *written) acks(t *testing.T) []uint32 {
 	defer w.mu.Unlock()
 	var acks []uint32
 	for _, b := range w.pkts {
-		switch header.IPVersion(b) {
-		case header.IPv4Version:
-			acks = append(acks, header.TCP(header.IPv4(b).Payload()).AckNumber())
-		case header.IPv6Version:
-			acks = append(acks, header.TCP(header.IPv6(b).Payload()).AckNumber())
-		default:
-			t.Fatalf("not an IP packet: %x", b)
-		}
+		acks = append(acks, parseOut(t, b).tcp().AckNumber())
 	}
 	return acks
 }

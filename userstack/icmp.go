@@ -5,12 +5,8 @@ import (
 	"net/netip"
 	"time"
 
-	"gvisor.dev/gvisor/pkg/buffer"
-	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
@@ -117,27 +113,22 @@ func (st *Stack) echo(req echoRequest) (consumed bool) {
 
 // writeEchoReply sends the sandbox the reply its destination gave the host.
 func (st *Stack) writeEchoReply(req echoRequest) {
+	src, dst := tcpAddr(req.dst), tcpAddr(req.src)
+	ipLen := ipHeaderLen(req.v6)
 	var pkt []byte
-	var proto tcpip.NetworkProtocolNumber
-	src, dst := tcpip.AddrFromSlice(req.dst.AsSlice()), tcpip.AddrFromSlice(req.src.AsSlice())
+	proto := header.ICMPv4ProtocolNumber
 	if !req.v6 {
-		proto = ipv4.ProtocolNumber
-		pkt = make([]byte, header.IPv4MinimumSize+header.ICMPv4MinimumSize+len(req.payload))
-		ip := header.IPv4(pkt)
-		ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(pkt)), TTL: 64, Protocol: uint8(header.ICMPv4ProtocolNumber), SrcAddr: src, DstAddr: dst})
-		ip.SetChecksum(^ip.CalculateChecksum())
-		ic := header.ICMPv4(pkt[header.IPv4MinimumSize:])
+		pkt = make([]byte, ipLen+header.ICMPv4MinimumSize+len(req.payload))
+		ic := header.ICMPv4(pkt[ipLen:])
 		ic.SetType(header.ICMPv4EchoReply)
 		ic.SetIdent(req.id)
 		ic.SetSequence(req.seq)
 		copy(ic.Payload(), req.payload)
 		ic.SetChecksum(^checksum.Checksum(ic, 0))
 	} else {
-		proto = ipv6.ProtocolNumber
-		pkt = make([]byte, header.IPv6MinimumSize+header.ICMPv6EchoMinimumSize+len(req.payload))
-		ip := header.IPv6(pkt)
-		ip.Encode(&header.IPv6Fields{PayloadLength: uint16(len(pkt) - header.IPv6MinimumSize), TransportProtocol: header.ICMPv6ProtocolNumber, HopLimit: 64, SrcAddr: src, DstAddr: dst})
-		ic := header.ICMPv6(pkt[header.IPv6MinimumSize:])
+		proto = header.ICMPv6ProtocolNumber
+		pkt = make([]byte, ipLen+header.ICMPv6EchoMinimumSize+len(req.payload))
+		ic := header.ICMPv6(pkt[ipLen:])
 		ic.SetType(header.ICMPv6EchoReply)
 		ic.SetIdent(req.id)
 		ic.SetSequence(req.seq)
@@ -145,7 +136,7 @@ func (st *Stack) writeEchoReply(req echoRequest) {
 		ic.SetChecksum(0)
 		ic.SetChecksum(header.ICMPv6Checksum(header.ICMPv6ChecksumParams{Header: ic, Src: src, Dst: dst}))
 	}
-	if err := st.s.WriteRawPacket(nicID, proto, buffer.MakeWithData(pkt)); err != nil {
+	if err := st.writeIP(pkt, req.v6, proto, src, dst); err != nil {
 		st.cfg.Logf("echo reply to %s: %v", req.src, err)
 	}
 }

@@ -16,8 +16,6 @@ import (
 
 // Packet crafting and parsing for the tests, with gVisor's header package.
 
-func taddr(a netip.Addr) tcpip.Address { return tcpip.AddrFromSlice(a.AsSlice()) }
-
 // ipPacket wraps a transport payload (header included) in an IPv4 or IPv6
 // header and returns the network protocol and the bytes.
 func ipPacket(src, dst netip.Addr, proto tcpip.TransportProtocolNumber, transport []byte) (tcpip.NetworkProtocolNumber, []byte) {
@@ -28,8 +26,8 @@ func ipPacket(src, dst netip.Addr, proto tcpip.TransportProtocolNumber, transpor
 			TotalLength: uint16(len(b)),
 			TTL:         64,
 			Protocol:    uint8(proto),
-			SrcAddr:     taddr(src),
-			DstAddr:     taddr(dst),
+			SrcAddr:     tcpAddr(src),
+			DstAddr:     tcpAddr(dst),
 		})
 		ip.SetChecksum(^ip.CalculateChecksum())
 		copy(b[header.IPv4MinimumSize:], transport)
@@ -40,8 +38,8 @@ func ipPacket(src, dst netip.Addr, proto tcpip.TransportProtocolNumber, transpor
 		PayloadLength:     uint16(len(transport)),
 		TransportProtocol: proto,
 		HopLimit:          64,
-		SrcAddr:           taddr(src),
-		DstAddr:           taddr(dst),
+		SrcAddr:           tcpAddr(src),
+		DstAddr:           tcpAddr(dst),
 	})
 	copy(b[header.IPv6MinimumSize:], transport)
 	return header.IPv6ProtocolNumber, b
@@ -67,7 +65,7 @@ func (s tcpSeg) bytes() (tcpip.NetworkProtocolNumber, []byte) {
 		WindowSize: 65535,
 	})
 	copy(b[header.TCPMinimumSize:], s.payload)
-	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, taddr(s.src.Addr()), taddr(s.dst.Addr()), uint16(len(b)))
+	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, tcpAddr(s.src.Addr()), tcpAddr(s.dst.Addr()), uint16(len(b)))
 	xsum = checksum.Checksum(s.payload, xsum)
 	t.SetChecksum(^t.CalculateChecksum(xsum))
 	return ipPacket(s.src.Addr(), s.dst.Addr(), header.TCPProtocolNumber, b)
@@ -78,7 +76,7 @@ func udpBytes(src, dst netip.AddrPort, payload []byte) (tcpip.NetworkProtocolNum
 	u := header.UDP(b)
 	u.Encode(&header.UDPFields{SrcPort: src.Port(), DstPort: dst.Port(), Length: uint16(len(b))})
 	copy(b[header.UDPMinimumSize:], payload)
-	xsum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, taddr(src.Addr()), taddr(dst.Addr()), uint16(len(b)))
+	xsum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, tcpAddr(src.Addr()), tcpAddr(dst.Addr()), uint16(len(b)))
 	xsum = checksum.Checksum(payload, xsum)
 	u.SetChecksum(^u.CalculateChecksum(xsum))
 	return ipPacket(src.Addr(), dst.Addr(), header.UDPProtocolNumber, b)
@@ -101,7 +99,7 @@ func echoBytes(src, dst netip.Addr) (tcpip.NetworkProtocolNumber, []byte) {
 	h.SetIdent(7)
 	h.SetSequence(1)
 	copy(b[header.ICMPv6EchoMinimumSize:], "ping")
-	h.SetChecksum(header.ICMPv6Checksum(header.ICMPv6ChecksumParams{Header: h, Src: taddr(src), Dst: taddr(dst)}))
+	h.SetChecksum(header.ICMPv6Checksum(header.ICMPv6ChecksumParams{Header: h, Src: tcpAddr(src), Dst: tcpAddr(dst)}))
 	return ipPacket(src, dst, header.ICMPv6ProtocolNumber, b)
 }
 
@@ -136,9 +134,18 @@ func readOut(t *testing.T, ep *channel.Endpoint) out {
 	v := pkt.ToView()
 	b := append([]byte(nil), v.AsSlice()...)
 	v.Release()
+	return parseOut(t, b)
+}
+
+// parseOut parses an IP packet the stack sent.
+func parseOut(t *testing.T, b []byte) out {
+	t.Helper()
 	switch header.IPVersion(b) {
 	case header.IPv4Version:
 		ip := header.IPv4(b)
+		if !ip.IsChecksumValid() {
+			t.Errorf("IPv4 header checksum invalid: %x", b[:header.IPv4MinimumSize])
+		}
 		return out{src: toAddr(ip.SourceAddress()), dst: toAddr(ip.DestinationAddress()), proto: ip.TransportProtocol(), transport: ip.Payload()}
 	case header.IPv6Version:
 		ip := header.IPv6(b)

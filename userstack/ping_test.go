@@ -81,7 +81,7 @@ func TestICMPEchoProxied(t *testing.T) {
 			if ic.Type() != header.ICMPv6EchoReply || ic.Ident() != 7 || ic.Sequence() != 1 || string(o.transport[header.ICMPv6EchoMinimumSize:]) != "ping" {
 				t.Fatalf("IPv6 reply: type %d id %d seq %d", ic.Type(), ic.Ident(), ic.Sequence())
 			}
-			want := header.ICMPv6Checksum(header.ICMPv6ChecksumParams{Header: ic, Src: taddr(o.src), Dst: taddr(o.dst)})
+			want := header.ICMPv6Checksum(header.ICMPv6ChecksumParams{Header: ic, Src: tcpAddr(o.src), Dst: tcpAddr(o.dst)})
 			if want != 0 && ic.Checksum() == 0 {
 				t.Fatal("IPv6 echo reply has no checksum")
 			}

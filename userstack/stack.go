@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
@@ -191,7 +192,7 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		if a.Is6() {
 			proto = ipv6.ProtocolNumber
 		}
-		pa := tcpip.ProtocolAddress{Protocol: proto, AddressWithPrefix: tcpip.AddrFromSlice(a.AsSlice()).WithPrefix()}
+		pa := tcpip.ProtocolAddress{Protocol: proto, AddressWithPrefix: tcpAddr(a).WithPrefix()}
 		if err := tcpipErr("add address "+a.String(), s.AddProtocolAddress(nicID, pa, stack.AddressProperties{})); err != nil {
 			s.Close()
 			return nil, err
@@ -363,6 +364,34 @@ func (st *Stack) block(proto netpolicy.Proto, dst netip.AddrPort, rule string) {
 func toAddr(a tcpip.Address) netip.Addr {
 	ip, _ := netip.AddrFromSlice(a.AsSlice())
 	return ip
+}
+
+// tcpAddr is toAddr's inverse.
+func tcpAddr(a netip.Addr) tcpip.Address { return tcpip.AddrFromSlice(a.AsSlice()) }
+
+// ipHeaderLen is the length of the IP header writeIP frames.
+func ipHeaderLen(v6 bool) int {
+	if v6 {
+		return header.IPv6MinimumSize
+	}
+	return header.IPv4MinimumSize
+}
+
+// writeIP fills in the IP header at the front of pkt (its first
+// ipHeaderLen bytes) for the transport bytes after it, and writes the
+// packet to the sandbox: replies the stack frames itself (UDP, ICMP echo).
+func (st *Stack) writeIP(pkt []byte, v6 bool, proto tcpip.TransportProtocolNumber, src, dst tcpip.Address) tcpip.Error {
+	if !v6 {
+		if len(pkt) > 0xffff {
+			return &tcpip.ErrMessageTooLong{}
+		}
+		ip := header.IPv4(pkt)
+		ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(pkt)), TTL: 64, Protocol: uint8(proto), SrcAddr: src, DstAddr: dst})
+		ip.SetChecksum(^ip.CalculateChecksum())
+		return st.s.WriteRawPacket(nicID, header.IPv4ProtocolNumber, buffer.MakeWithData(pkt))
+	}
+	header.IPv6(pkt).Encode(&header.IPv6Fields{PayloadLength: uint16(len(pkt) - header.IPv6MinimumSize), TransportProtocol: proto, HopLimit: 64, SrcAddr: src, DstAddr: dst})
+	return st.s.WriteRawPacket(nicID, header.IPv6ProtocolNumber, buffer.MakeWithData(pkt))
 }
 
 // Stats returns gVisor's counters, for diagnostics.

@@ -3,7 +3,6 @@ package userstack
 import (
 	"net/netip"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -213,20 +212,10 @@ func (t *TUN) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 }
 
 // writePacket writes prefix (the virtio-net header, if any) and the packet
-// as one datagram with writev; a full queue waits in the netpoller.
+// as one datagram, straight from the packet's views.
 func (t *TUN) writePacket(prefix []byte, pkt *stack.PacketBuffer) error {
 	var small [8]unix.Iovec
-	iov := small[:0]
-	add := func(b []byte) {
-		if len(b) == 0 {
-			return
-		}
-		var v unix.Iovec
-		v.Base = &b[0]
-		v.SetLen(len(b))
-		iov = append(iov, v)
-	}
-	add(prefix)
+	iov := appendIovec(small[:0], prefix)
 	views, skip := pkt.AsViewList()
 	for v := views.Front(); v != nil; v = v.Next() {
 		b := v.AsSlice()
@@ -234,37 +223,41 @@ func (t *TUN) writePacket(prefix []byte, pkt *stack.PacketBuffer) error {
 			skip -= len(b)
 			continue
 		}
-		add(b[skip:])
+		iov = appendIovec(iov, b[skip:])
 		skip = 0
 	}
-	if t.rc == nil {
-		return os.ErrClosed
-	}
-	var werr error
-	err := t.rc.Write(func(fd uintptr) bool {
-		_, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-		if e != 0 {
-			werr = e
-		} else {
-			werr = nil
-		}
-		return werr != unix.EAGAIN
-	})
-	runtime.KeepAlive(pkt)
-	if err != nil {
-		return err
-	}
-	return werr
+	return t.writev(iov)
 }
 
 // writeBytes writes one packet (with its virtio-net header, if any).
 func (t *TUN) writeBytes(b []byte) error {
+	var one [1]unix.Iovec
+	return t.writev(appendIovec(one[:0], b))
+}
+
+func appendIovec(iov []unix.Iovec, b []byte) []unix.Iovec {
+	if len(b) == 0 {
+		return iov
+	}
+	v := unix.Iovec{Base: &b[0]}
+	v.SetLen(len(b))
+	return append(iov, v)
+}
+
+// writev writes iov as one datagram; a full queue waits in the netpoller.
+func (t *TUN) writev(iov []unix.Iovec) error {
 	if t.rc == nil {
 		return os.ErrClosed
 	}
+	if len(iov) == 0 {
+		return nil
+	}
 	var werr error
 	err := t.rc.Write(func(fd uintptr) bool {
-		_, werr = unix.Write(int(fd), b)
+		werr = nil
+		if _, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov))); e != 0 {
+			werr = e
+		}
 		return werr != unix.EAGAIN
 	})
 	if err != nil {

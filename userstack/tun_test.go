@@ -77,16 +77,7 @@ func (p *tunPeer) recvTCP(t *testing.T, skipBare bool) header.TCP {
 		if err != nil {
 			t.Fatalf("read from the endpoint: %v", err)
 		}
-		b := buf[p.vnet:n]
-		var tcp header.TCP
-		switch header.IPVersion(b) {
-		case header.IPv4Version:
-			tcp = header.TCP(header.IPv4(b).Payload())
-		case header.IPv6Version:
-			tcp = header.TCP(header.IPv6(b).Payload())
-		default:
-			t.Fatalf("not an IP packet: %x", b)
-		}
+		tcp := parseOut(t, buf[p.vnet:n]).tcp()
 		if skipBare && tcp.Flags() == header.TCPFlagAck && len(tcp.Payload()) == 0 {
 			continue
 		}
@@ -170,30 +161,16 @@ func TestTUNEndpointCarriesUDP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pkt := buf[peer.vnet:n]
-		var src, dst netip.Addr
-		var u header.UDP
-		switch header.IPVersion(pkt) {
-		case header.IPv4Version:
-			ip := header.IPv4(pkt)
-			if !ip.IsChecksumValid() {
-				t.Error("IPv4 header checksum invalid")
-			}
-			src, dst, u = toAddr(ip.SourceAddress()), toAddr(ip.DestinationAddress()), header.UDP(ip.Payload())
-		case header.IPv6Version:
-			ip := header.IPv6(pkt)
-			src, dst, u = toAddr(ip.SourceAddress()), toAddr(ip.DestinationAddress()), header.UDP(ip.Payload())
-		default:
-			t.Fatalf("not an IP packet: %x", pkt)
-		}
+		o := parseOut(t, buf[peer.vnet:n]) // checks the IPv4 header checksum
+		src, dst, u := o.src, o.dst, o.udp()
 		if src != c.dst.Addr() || u.SourcePort() != c.dst.Port() || dst != c.src.Addr() || u.DestinationPort() != c.src.Port() {
 			t.Fatalf("reply %v:%d -> %v:%d, want %v -> %v", src, u.SourcePort(), dst, u.DestinationPort(), c.dst, c.src)
 		}
 		if !bytes.Equal(u.Payload(), reply) {
 			t.Fatalf("reply payload of %d bytes differs", len(u.Payload()))
 		}
-		xsum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, taddr(src), taddr(dst), u.Length())
-		if !u.IsChecksumValid(taddr(src), taddr(dst), checksum.Checksum(u.Payload(), 0)) {
+		xsum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, tcpAddr(src), tcpAddr(dst), u.Length())
+		if !u.IsChecksumValid(tcpAddr(src), tcpAddr(dst), checksum.Checksum(u.Payload(), 0)) {
 			t.Errorf("UDP checksum invalid (pseudo-header sum %#x)", xsum)
 		}
 	}
@@ -210,7 +187,7 @@ func TestUDPReplyChecksumNeverZero(t *testing.T) {
 		p := []byte{byte(v >> 8), byte(v)}
 		u := header.UDP(make([]byte, header.UDPMinimumSize))
 		u.Encode(&header.UDPFields{SrcPort: dst.Port(), DstPort: src.Port(), Length: header.UDPMinimumSize + 2})
-		xsum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, taddr(dst.Addr()), taddr(src.Addr()), header.UDPMinimumSize+2)
+		xsum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, tcpAddr(dst.Addr()), tcpAddr(src.Addr()), header.UDPMinimumSize+2)
 		if ^u.CalculateChecksum(checksum.Checksum(p, xsum)) == 0 {
 			payload = p
 		}

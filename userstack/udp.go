@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -170,17 +169,10 @@ func (st *Stack) pumpReplies(key flowKey, f *udpFlow) {
 func (st *Stack) writeUDP(buf []byte, n int, src, dst netip.AddrPort) tcpip.Error {
 	payload := buf[udpHeadroom : udpHeadroom+n]
 	udpLen := header.UDPMinimumSize + n
-	ipLen := header.IPv4MinimumSize
-	proto := header.IPv4ProtocolNumber
-	if src.Addr().Is6() && !src.Addr().Is4In6() {
-		ipLen = header.IPv6MinimumSize
-		proto = header.IPv6ProtocolNumber
-	}
-	if ipLen+udpLen > 0xffff && proto == header.IPv4ProtocolNumber {
-		return &tcpip.ErrMessageTooLong{}
-	}
+	v6 := src.Addr().Is6()
+	ipLen := ipHeaderLen(v6)
 	pktBytes := buf[udpHeadroom-header.UDPMinimumSize-ipLen : udpHeadroom+n]
-	s, d := taddrOf(src.Addr()), taddrOf(dst.Addr())
+	s, d := tcpAddr(src.Addr()), tcpAddr(dst.Addr())
 	u := header.UDP(pktBytes[ipLen:])
 	u.Encode(&header.UDPFields{SrcPort: src.Port(), DstPort: dst.Port(), Length: uint16(udpLen)})
 	xsum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, s, d, uint16(udpLen))
@@ -192,19 +184,7 @@ func (st *Stack) writeUDP(buf []byte, n int, src, dst netip.AddrPort) tcpip.Erro
 	} else {
 		u.SetChecksum(0xffff)
 	}
-	if proto == header.IPv4ProtocolNumber {
-		ip := header.IPv4(pktBytes)
-		ip.Encode(&header.IPv4Fields{TotalLength: uint16(ipLen + udpLen), TTL: 64, Protocol: uint8(header.UDPProtocolNumber), SrcAddr: s, DstAddr: d})
-		ip.SetChecksum(^ip.CalculateChecksum())
-	} else {
-		header.IPv6(pktBytes).Encode(&header.IPv6Fields{PayloadLength: uint16(udpLen), TransportProtocol: header.UDPProtocolNumber, HopLimit: 64, SrcAddr: s, DstAddr: d})
-	}
-	return st.s.WriteRawPacket(nicID, proto, buffer.MakeWithData(pktBytes))
-}
-
-func taddrOf(a netip.Addr) tcpip.Address {
-	a = a.Unmap()
-	return tcpip.AddrFromSlice(a.AsSlice())
+	return st.writeIP(pktBytes, v6, header.UDPProtocolNumber, s, d)
 }
 
 func (st *Stack) dropFlow(key flowKey, f *udpFlow) {
