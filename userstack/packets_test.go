@@ -50,11 +50,18 @@ type tcpSeg struct {
 	flags    header.TCPFlags
 	seq, ack uint32
 	payload  []byte
+	// wnd is the window field; 0 means 65535 unless zeroWnd.
+	wnd     uint16
+	zeroWnd bool
 }
 
 func (s tcpSeg) bytes() (tcpip.NetworkProtocolNumber, []byte) {
 	b := make([]byte, header.TCPMinimumSize+len(s.payload))
 	t := header.TCP(b)
+	wnd := s.wnd
+	if wnd == 0 && !s.zeroWnd {
+		wnd = 65535
+	}
 	t.Encode(&header.TCPFields{
 		SrcPort:    s.src.Port(),
 		DstPort:    s.dst.Port(),
@@ -62,7 +69,7 @@ func (s tcpSeg) bytes() (tcpip.NetworkProtocolNumber, []byte) {
 		AckNum:     s.ack,
 		DataOffset: header.TCPMinimumSize,
 		Flags:      s.flags,
-		WindowSize: 65535,
+		WindowSize: wnd,
 	})
 	copy(b[header.TCPMinimumSize:], s.payload)
 	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, tcpAddr(s.src.Addr()), tcpAddr(s.dst.Addr()), uint16(len(b)))
@@ -134,7 +141,11 @@ func readOut(t *testing.T, ep *channel.Endpoint) out {
 	v := pkt.ToView()
 	b := append([]byte(nil), v.AsSlice()...)
 	v.Release()
-	return parseOut(t, b)
+	o := parseOut(t, b)
+	if o.proto == header.TCPProtocolNumber {
+		checkTCPSum(t, o)
+	}
+	return o
 }
 
 // parseOut parses an IP packet the stack sent.
@@ -156,4 +167,14 @@ func parseOut(t *testing.T, b []byte) out {
 	}
 	t.Fatalf("not an IP packet: %x", b)
 	return out{}
+}
+
+// checkTCPSum fails t unless o (a TCP segment) has a valid checksum.
+func checkTCPSum(t *testing.T, o out) {
+	t.Helper()
+	h := o.tcp()
+	p := o.tcpPayload()
+	if !h.IsChecksumValid(tcpAddr(o.src), tcpAddr(o.dst), checksum.Checksum(p, 0), uint16(len(p))) {
+		t.Errorf("TCP checksum invalid: %x", []byte(h[:header.TCPMinimumSize]))
+	}
 }

@@ -25,9 +25,9 @@ import (
 // Dialer opens host-side connections. network is "tcp" or "udp"; address
 // is "host:port" with a literal IP. For "udp" it must return promptly (a
 // connected UDP socket needs no handshake): it is called from the packet
-// path; and the conn must implement syscall.Conn (a *net.UDPConn does):
-// datagrams are written to its descriptor without waiting. A *net.Dialer
-// with a Timeout is the production Dialer.
+// path. Every conn must implement syscall.Conn (*net.TCPConn and
+// *net.UDPConn do): the relay reads and writes its descriptor directly,
+// without waiting. A *net.Dialer with a Timeout is the production Dialer.
 type Dialer interface {
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 }
@@ -40,12 +40,7 @@ const (
 	// pending (dialing) at once. High, so a few blackholed or slow
 	// destinations cannot stall every other connection.
 	DefaultMaxInFlight = 4096
-	// relayBufferSize is the splice buffer per direction; at least 128 KiB
-	// was needed to keep the path fast in measurements.
-	relayBufferSize = 256 << 10
-	nicID           = tcpip.NICID(1)
-	// timeWait is the stack's TIME_WAIT (see setOptions).
-	timeWait = 100 * time.Millisecond
+	nicID              = tcpip.NICID(1)
 )
 
 // Config configures a Stack.
@@ -98,13 +93,14 @@ type Stack struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	closed bool
-	conns  map[net.Conn]struct{} // every live conn, closed on Close
-	flows  map[flowKey]*udpFlow
-	wg     sync.WaitGroup
-	pings  chan struct{} // a slot per proxied echo in flight
-	work   *workers
+	mu      sync.Mutex
+	closed  bool
+	tcp     map[flowKey]*tcpFlow
+	dialing int // TCP flows waiting for their dial
+	flows   map[flowKey]*udpFlow
+	wg      sync.WaitGroup
+	pings   chan struct{} // a slot per proxied echo in flight
+	work    *workers
 }
 
 // New builds the stack on ep and starts forwarding. The caller keeps
@@ -157,15 +153,22 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		cfg:   cfg,
 		s:     s,
 		local: local,
-		conns: map[net.Conn]struct{}{},
+		tcp:   map[flowKey]*tcpFlow{},
 		flows: map[flowKey]*udpFlow{},
 		pings: make(chan struct{}, maxPings),
 	}
 	st.ctx, st.cancel = context.WithCancel(context.Background())
 	st.work = newWorkers(st.ctx.Done(), &st.wg)
-	if err := st.setOptions(); err != nil {
-		s.Close()
-		return nil, err
+	// Before CreateNIC, which attaches the link and starts its reader.
+	// No transport endpoints at all: these handlers see every segment,
+	// datagram and echo request (gVisor's TCP and UDP protocols only parse
+	// and validate their headers).
+	s.SetTransportProtocolHandler(tcp.ProtocolNumber, st.handleTCP)
+	s.SetTransportProtocolHandler(udp.ProtocolNumber, st.handleUDP)
+	s.SetTransportProtocolHandler(icmp.ProtocolNumber4, st.handleICMP4)
+	s.SetTransportProtocolHandler(icmp.ProtocolNumber6, st.handleICMP6)
+	if t, ok := ep.(*TUN); ok {
+		t.tcp, t.udp = st.tcpInput, st.udpInput
 	}
 	if err := tcpipErr("create NIC", s.CreateNIC(nicID, ep)); err != nil {
 		s.Close()
@@ -202,61 +205,12 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		{Destination: header.IPv4EmptySubnet, NIC: nicID},
 		{Destination: header.IPv6EmptySubnet, NIC: nicID},
 	})
-	// rcvWnd 0: the stack's default receive buffer (raised above).
-	tcpFwd := tcp.NewForwarder(s, 0, cfg.MaxInFlight, st.handleTCP)
-	s.SetTransportProtocolHandler(tcp.ProtocolNumber, tcpFwd.HandlePacket)
-	s.SetTransportProtocolHandler(udp.ProtocolNumber, st.handleUDP)
-	s.SetTransportProtocolHandler(icmp.ProtocolNumber4, st.handleICMP4)
-	s.SetTransportProtocolHandler(icmp.ProtocolNumber6, st.handleICMP6)
 	if !cfg.NoJanitor {
 		st.wg.Add(1)
 		go st.janitor()
 	}
 	return st, nil
 }
-
-// setOptions sets the stack options, each with why.
-func (st *Stack) setOptions() error {
-	s := st.s
-	opts := []struct {
-		name  string
-		proto tcpip.TransportProtocolNumber
-		opt   tcpip.SettableTransportProtocolOption
-	}{
-		// SACK lets the sandbox side recover from loss without resending
-		// whole windows; peers without it saw poor throughput.
-		{"SACK", tcp.ProtocolNumber, ptr(tcpip.TCPSACKEnabled(true))},
-		// Reno: cubic caused stalls in peers' netstack proxies; the TUN
-		// hop is loss-free and short, so reno is the safe choice.
-		{"congestion control", tcp.ProtocolNumber, ptr(tcpip.CongestionControlOption("reno"))},
-		// RACK loss detection dominated download time in measurements on
-		// this path; plain fast retransmit is enough on a TUN.
-		{"recovery", tcp.ProtocolNumber, ptr(tcpip.TCPRecovery(0))},
-		// Large buffers: at MTU 65520 a few segments fill the defaults.
-		{"receive buffer", tcp.ProtocolNumber, &tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}},
-		{"send buffer", tcp.ProtocolNumber, &tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}},
-		// Let the receive window grow with the application's reads.
-		{"moderate receive buffer", tcp.ProtocolNumber, ptr(tcpip.TCPModerateReceiveBufferOption(true))},
-		// A short TIME_WAIT. When the remote end closes first, the stack's
-		// endpoint is the one left in TIME_WAIT, and a new SYN for the
-		// same four-tuple is dropped while it lasts (the forwarder is no
-		// listener to hand it to), so the sandbox retries after a second:
-		// with the default 60 s, a client that reuses its source port
-		// stalled after a few thousand connections, and with 1 s about one
-		// connection in 5,000 still did. TIME_WAIT guards against stray
-		// old segments on a real network; the TUN hop has none. The
-		// sandbox's kernel keeps its own TIME_WAIT for its side.
-		{"TIME_WAIT timeout", tcp.ProtocolNumber, ptr(tcpip.TCPTimeWaitTimeoutOption(timeWait))},
-	}
-	for _, o := range opts {
-		if err := tcpipErr(o.name, s.SetTransportProtocolOption(o.proto, o.opt)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func ptr[T any](v T) *T { return &v }
 
 // tcpipErr converts gVisor's tcpip.Error, which is not a Go error, at the
 // boundary.
@@ -276,71 +230,22 @@ func (st *Stack) Close() {
 		return
 	}
 	st.closed = true
-	conns := st.conns
-	st.conns = map[net.Conn]struct{}{}
+	tcpFlows := st.tcp
+	st.tcp = map[flowKey]*tcpFlow{}
 	flows := st.flows
 	st.flows = map[flowKey]*udpFlow{}
 	st.mu.Unlock()
 	st.cancel()
-	for c := range conns {
-		c.Close()
-	}
+	st.closeTCP(tcpFlows)
 	for _, f := range flows {
 		f.close()
 	}
-	// Closing the gVisor stack first aborts handshakes still in progress
-	// in CreateEndpoint; waiting first would wait for their timeouts
-	// (about two minutes of SYN-ACK retries).
 	st.s.Close()
 	// Stop the link before waiting: a reader blocked in the device would
 	// otherwise be waited for under the stack's lock (Stack.Wait).
 	st.ep.Close()
-	done := make(chan struct{})
-	go func() {
-		st.wg.Wait()
-		close(done)
-	}()
-	// A forwarder goroutine that passed its closing check just before
-	// Close may register its handshake endpoint after the abort above;
-	// abort again until every goroutine is gone.
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-done:
-			st.s.Wait()
-			return
-		case <-tick.C:
-			for _, e := range st.s.RegisteredEndpoints() {
-				e.Abort()
-			}
-		}
-	}
-}
-
-// track registers conns for Close; it reports false (and closes them) when
-// the stack is closing.
-func (st *Stack) track(cs ...net.Conn) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.closed {
-		for _, c := range cs {
-			c.Close()
-		}
-		return false
-	}
-	for _, c := range cs {
-		st.conns[c] = struct{}{}
-	}
-	return true
-}
-
-func (st *Stack) untrack(cs ...net.Conn) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	for _, c := range cs {
-		delete(st.conns, c)
-	}
+	st.wg.Wait()
+	st.s.Wait()
 }
 
 // isLocal reports whether a is one of the addresses the stack answers as.
@@ -367,7 +272,12 @@ func toAddr(a tcpip.Address) netip.Addr {
 }
 
 // tcpAddr is toAddr's inverse.
-func tcpAddr(a netip.Addr) tcpip.Address { return tcpip.AddrFromSlice(a.AsSlice()) }
+func tcpAddr(a netip.Addr) tcpip.Address {
+	if a.Is4() {
+		return tcpip.AddrFrom4(a.As4())
+	}
+	return tcpip.AddrFrom16(a.As16())
+}
 
 // ipHeaderLen is the length of the IP header writeIP frames.
 func ipHeaderLen(v6 bool) int {
@@ -377,21 +287,50 @@ func ipHeaderLen(v6 bool) int {
 	return header.IPv4MinimumSize
 }
 
-// writeIP fills in the IP header at the front of pkt (its first
-// ipHeaderLen bytes) for the transport bytes after it, and writes the
-// packet to the sandbox: replies the stack frames itself (UDP, ICMP echo).
-func (st *Stack) writeIP(pkt []byte, v6 bool, proto tcpip.TransportProtocolNumber, src, dst tcpip.Address) tcpip.Error {
-	if !v6 {
-		if len(pkt) > 0xffff {
-			return &tcpip.ErrMessageTooLong{}
-		}
-		ip := header.IPv4(pkt)
-		ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(pkt)), TTL: 64, Protocol: uint8(proto), SrcAddr: src, DstAddr: dst})
-		ip.SetChecksum(^ip.CalculateChecksum())
-		return st.s.WriteRawPacket(nicID, header.IPv4ProtocolNumber, buffer.MakeWithData(pkt))
+// encodeIP fills in the IP header at the front of hdr (its first
+// ipHeaderLen bytes) for l4Len transport bytes.
+func encodeIP(hdr []byte, v6 bool, proto tcpip.TransportProtocolNumber, l4Len int, src, dst tcpip.Address) error {
+	ipLen := ipHeaderLen(v6)
+	if ipLen+l4Len > 0xffff {
+		return tcpipErr("frame", &tcpip.ErrMessageTooLong{})
 	}
-	header.IPv6(pkt).Encode(&header.IPv6Fields{PayloadLength: uint16(len(pkt) - header.IPv6MinimumSize), TransportProtocol: proto, HopLimit: 64, SrcAddr: src, DstAddr: dst})
-	return st.s.WriteRawPacket(nicID, header.IPv6ProtocolNumber, buffer.MakeWithData(pkt))
+	if v6 {
+		header.IPv6(hdr).Encode(&header.IPv6Fields{PayloadLength: uint16(l4Len), TransportProtocol: proto, HopLimit: 64, SrcAddr: src, DstAddr: dst})
+		return nil
+	}
+	ip := header.IPv4(hdr)
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(ipLen + l4Len), TTL: 64, Protocol: uint8(proto), SrcAddr: src, DstAddr: dst})
+	ip.SetChecksum(^ip.CalculateChecksum())
+	return nil
+}
+
+// writeIP frames the transport bytes after pkt's first ipHeaderLen bytes
+// in an IP header there and writes the packet to the sandbox: replies the
+// stack frames itself (UDP, ICMP echo).
+func (st *Stack) writeIP(pkt []byte, v6 bool, proto tcpip.TransportProtocolNumber, src, dst tcpip.Address) error {
+	ipLen := ipHeaderLen(v6)
+	if err := encodeIP(pkt, v6, proto, len(pkt)-ipLen, src, dst); err != nil {
+		return err
+	}
+	return st.emit(pkt, v6, ipLen, nil, false)
+}
+
+// emit writes a packet the stack framed: hdr (the IP header, and the
+// transport header at l4At), then payload. On the TUN that is one writev
+// with no copy and no trip through gVisor; partial asks the kernel to
+// complete a TCP checksum (see TUN.writeFramed). Other links (tests) get
+// a copy through gVisor, and never a partial checksum.
+func (st *Stack) emit(hdr []byte, v6 bool, l4At int, payload []byte, partial bool) error {
+	if tun, ok := st.ep.(*TUN); ok {
+		return tun.writeFramed(hdr, l4At, payload, partial)
+	}
+	proto := header.IPv4ProtocolNumber
+	if v6 {
+		proto = header.IPv6ProtocolNumber
+	}
+	pkt := make([]byte, 0, len(hdr)+len(payload))
+	pkt = append(append(pkt, hdr...), payload...)
+	return tcpipErr("write", st.s.WriteRawPacket(nicID, proto, buffer.MakeWithData(pkt)))
 }
 
 // Stats returns gVisor's counters, for diagnostics.

@@ -30,8 +30,9 @@ type dial struct {
 	peer             net.Conn
 }
 
-// fakeDialer hands out net.Pipe connections and reports every call. It
-// never touches a real socket.
+// fakeDialer hands out Unix socket pairs (they have descriptors, as the
+// Dialer's contract asks) and reports every call. It never touches a
+// network socket.
 type fakeDialer struct {
 	calls chan dial
 	fail  error
@@ -44,25 +45,24 @@ func (d *fakeDialer) DialContext(_ context.Context, network, address string) (ne
 		d.calls <- dial{network: network, address: address}
 		return nil, d.fail
 	}
-	var a, b net.Conn
+	// UDP: datagrams, as a connected UDP socket has; a SEQPACKET pair
+	// also tells the peer when the stack closes its end. TCP: a stream.
+	typ := unix.SOCK_STREAM
 	if network == "udp" {
-		// Datagrams, and a descriptor, as a connected UDP socket has; a
-		// SEQPACKET pair also tells the peer when the stack closes its end.
-		var err error
-		if a, b, err = datagramPair(); err != nil {
-			return nil, err
-		}
-	} else {
-		a, b = net.Pipe()
+		typ = unix.SOCK_SEQPACKET
+	}
+	a, b, err := socketPair(typ)
+	if err != nil {
+		return nil, err
 	}
 	d.calls <- dial{network: network, address: address, peer: b}
 	return a, nil
 }
 
-// datagramPair returns the two ends of a Unix SEQPACKET socket pair as
+// socketPair returns the two ends of a Unix socket pair of type typ as
 // conns with descriptors.
-func datagramPair() (net.Conn, net.Conn, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+func socketPair(typ int) (net.Conn, net.Conn, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -589,7 +589,10 @@ type lateDialer struct{ started, peers chan net.Conn }
 func (d lateDialer) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
 	d.started <- nil
 	<-ctx.Done()
-	a, b := net.Pipe()
+	a, b, err := socketPair(unix.SOCK_STREAM)
+	if err != nil {
+		return nil, err
+	}
 	d.peers <- b
 	return a, nil
 }

@@ -2,43 +2,299 @@ package userstack
 
 import (
 	"context"
-	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
+	"time"
 
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
-	"gvisor.dev/gvisor/pkg/waiter"
+	"golang.org/x/sys/unix"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
-// handleTCP decides a new TCP connection. It runs on the packet path, so
-// it never blocks: the dial happens in a goroutine. Every path ends in
-// exactly one req.Complete.
-func (st *Stack) handleTCP(req *tcp.ForwarderRequest) {
-	id := req.ID()
-	dst := netip.AddrPortFrom(toAddr(id.LocalAddress), id.LocalPort)
-	target, ok := st.tcpTarget(dst)
-	if !ok {
-		req.Complete(true) // RST: the caller sees "connection refused" at once
-		return
+// TCP is relayed, not terminated.
+//
+// gVisor's TCP endpoints are not used. Each flow is mapped segment by
+// segment onto the host socket dialed for it: data the sandbox sends is
+// written to that socket from the packet path, and what the socket reads
+// is framed into segments here. The stack keeps only the TCP state the
+// sandbox's side needs (sequence numbers, both windows, and the data the
+// sandbox has not acknowledged yet), none of a congestion-controlled
+// stack's: congestion control is the host kernel's business on the real
+// path, and the TUN hop is short and practically loss-free, so a simple
+// retransmission (go-back-N on a timeout, one segment on three duplicate
+// ACKs) is enough. gVisor still parses and validates the IP layer, and
+// drops loopback-addressed packets, before a segment gets here.
+//
+// Measured against gVisor's endpoints on the same path, this about halves
+// the proxy's CPU per request/response round trip and per connection: an
+// endpoint's receive queue, its processor goroutine, the hand-off to a copy
+// loop and its own ACK for every segment all went away.
+
+const (
+	// tcpWndShift is the window scale the stack offers.
+	tcpWndShift = 7
+	// tcpRcvBuf bounds the sandbox's data buffered per flow while the
+	// host socket is full; the advertised window is what is left of it.
+	tcpRcvBuf = 4 << 20
+	// tcpSndBuf bounds the host's data in flight to the sandbox per flow.
+	tcpSndBuf = 4 << 20
+	// tcpAckDelay is how long a bare ACK waits for data to ride on, like
+	// a kernel's delayed ACK (shorter: Go's timers fire within about a
+	// millisecond at best), unless tcpAckEvery bytes are unacknowledged.
+	tcpAckDelay = time.Millisecond
+	tcpAckEvery = 64 << 10
+	// Retransmission to the sandbox: the first timeout, its cap, and how
+	// many timeouts in a row end the flow (the sandbox is gone).
+	tcpRTOMin     = 200 * time.Millisecond
+	tcpRTOMax     = 10 * time.Second
+	tcpMaxRetries = 8
+	// tcpDefaultMSS is TCP's default when a SYN carries no MSS option.
+	tcpDefaultMSS = 536
+	// tcpReadMax is the most one read from a host socket takes (one
+	// segment); reads shorter than tcpCopyBelow are copied out of the
+	// pooled buffer so that small segments waiting for an ACK do not pin
+	// 64 KiB each.
+	tcpReadMax   = 64 << 10
+	tcpCopyBelow = 16 << 10
+	// maxIovecs is the kernel's limit on one writev (IOV_MAX).
+	maxIovecs = 1024
+)
+
+type tcpState uint8
+
+const (
+	tcpDialing     tcpState = iota // SYN seen, host dial in progress
+	tcpSynRcvd                     // SYN-ACK sent
+	tcpEstablished                 // handshake done (either side may have closed its half)
+	tcpClosed                      // gone: nothing more is sent or relayed
+)
+
+// readBuffers recycles the 64 KiB buffers host data is read into.
+var readBuffers = sync.Pool{New: func() any { b := make([]byte, tcpReadMax); return &b }}
+
+// tcpChunk is data sent to the sandbox and not yet acknowledged: exactly
+// one segment's payload (front-trimmed by a partial ACK).
+type tcpChunk struct {
+	data   []byte
+	pooled *[]byte // the read buffer data lives in, if pooled
+}
+
+// tcpFlow is one relayed connection. Everything but key, addresses and
+// the channels is guarded by mu. The host socket is written and read with
+// plain system calls on its descriptor under mu, and only while the flow
+// is not closed; it is closed (out.Close) only after the state says so,
+// outside mu and outside any RawConn callback, which Close waits for.
+type tcpFlow struct {
+	st       *Stack
+	key      flowKey // src: the sandbox's end; dst: the destination it dialed
+	v6       bool
+	src, dst tcpip.Address // dst's and src's addresses, for framing
+
+	mu     sync.Mutex
+	state  tcpState
+	out    net.Conn
+	raw    syscall.RawConn
+	fd     int
+	reset  bool // close the host socket with a RST (SO_LINGER 0)
+	closed bool // out.Close done or claimed
+
+	// The sandbox's data, toward the host.
+	irs      uint32
+	rcvNxt   uint32
+	rcvAcked uint32   // the last ACK number sent
+	rcvWnd   uint32   // the last window sent, in bytes
+	rcvShift uint8    // our window scale (0 if the sandbox offered none)
+	pend     [][]byte // accepted and acknowledged, not yet written to the host
+	pendLen  int
+	writing  bool // a drain goroutine owns pend
+	finRcvd  bool // the sandbox's FIN is accepted
+	shutWr   bool // passed on: the host socket's sending side is shut
+
+	// The host's data, toward the sandbox.
+	iss      uint32
+	sndUna   uint32
+	sndNxt   uint32
+	sndWnd   uint32 // the sandbox's window, in bytes
+	sndShift uint8
+	mss      int
+	sent     []tcpChunk // from sndUna on
+	hostEOF  bool
+	finSent  bool
+	dupAcks  int
+	retries  int
+	rto      time.Duration
+	reading  bool          // the host reader runs
+	wake     chan struct{} // the window opened, or the flow ended
+
+	ackTimer *time.Timer
+	ackArmed bool
+	rtoTimer *time.Timer
+	rtoArmed bool
+	rtoFrom  time.Time // since when the oldest outstanding segment waits
+}
+
+func seqLT(a, b uint32) bool { return int32(a-b) < 0 }
+func seqGT(a, b uint32) bool { return int32(a-b) > 0 }
+
+// tcpIn is a segment from the sandbox.
+type tcpIn struct {
+	v6     bool
+	local  tcpip.Address // the destination the sandbox addressed
+	remote tcpip.Address // the sandbox's address
+	key    flowKey
+	h      header.TCP // with its options
+	data   [][]byte   // the payload
+	n      int        // its length
+}
+
+// handleTCP receives the TCP segments gVisor's IP layer delivers (there
+// are no gVisor TCP endpoints): the ones the TUN's fast path leaves to it
+// (fragments, extension headers, unusual addresses), and every one on
+// other links. It runs on the packet path and never blocks.
+func (st *Stack) handleTCP(id stack.TransportEndpointID, pkt *stack.PacketBuffer) bool {
+	h := header.TCP(pkt.TransportHeader().Slice())
+	if len(h) < header.TCPMinimumSize {
+		return true
 	}
+	var small [4][]byte
+	n := pkt.Data().Size()
+	st.tcpInput(&tcpIn{
+		v6:     id.LocalAddress.BitLen() == 128,
+		local:  id.LocalAddress,
+		remote: id.RemoteAddress,
+		key: flowKey{
+			src: netip.AddrPortFrom(toAddr(id.RemoteAddress), id.RemotePort),
+			dst: netip.AddrPortFrom(toAddr(id.LocalAddress), id.LocalPort),
+		},
+		h:    h,
+		data: payloadSlices(small[:0], pkt, n),
+		n:    n,
+	})
+	return true
+}
+
+// tcpInput takes a segment from the sandbox, from either path.
+func (st *Stack) tcpInput(in *tcpIn) {
 	st.mu.Lock()
+	f := st.tcp[in.key]
 	closed := st.closed
-	if !closed {
-		st.wg.Add(1)
-	}
 	st.mu.Unlock()
 	if closed {
-		req.Complete(true)
 		return
 	}
-	st.work.Go(func() {
-		defer st.wg.Done()
-		st.forwardTCP(req, target)
-	})
+	if f == nil {
+		st.newTCP(in)
+		return
+	}
+	f.segment(in)
+}
+
+// rejectTCP answers a segment that belongs to no flow with a RST, as a
+// closed port does (RFC 9293 3.10.7.1).
+func (st *Stack) rejectTCP(in *tcpIn) {
+	h := in.h
+	flags := h.Flags()
+	if flags.Contains(header.TCPFlagRst) {
+		return
+	}
+	var seq, ack uint32
+	out := header.TCPFlagRst
+	if flags.Contains(header.TCPFlagAck) {
+		seq = h.AckNumber()
+	} else {
+		ack = h.SequenceNumber() + uint32(in.n)
+		if flags.Contains(header.TCPFlagSyn) {
+			ack++
+		}
+		if flags.Contains(header.TCPFlagFin) {
+			ack++
+		}
+		out |= header.TCPFlagAck
+	}
+	seg := tcpSegment{v6: in.v6, src: in.local, dst: in.remote, srcPort: h.DestinationPort(), dstPort: h.SourcePort(), flags: out, seq: seq, ack: ack}
+	if err := st.writeTCP(&seg, nil); err != nil {
+		st.cfg.Logf("userstack: tcp reset to %v: %v", in.key.src, err)
+	}
+}
+
+// newTCP decides a segment for which there is no flow: a SYN starts one
+// (policy check, then the dial in the background), anything else is reset.
+func (st *Stack) newTCP(in *tcpIn) {
+	h, key := in.h, in.key
+	if h.Flags()&(header.TCPFlagSyn|header.TCPFlagAck|header.TCPFlagRst|header.TCPFlagFin) != header.TCPFlagSyn {
+		st.rejectTCP(in)
+		return
+	}
+	target, ok := st.tcpTarget(key.dst)
+	if !ok {
+		st.rejectTCP(in) // "connection refused" at once
+		return
+	}
+	opts := header.ParseSynOptions(h.Options(), false)
+	f := &tcpFlow{
+		st:     st,
+		key:    key,
+		v6:     in.v6,
+		src:    in.local,
+		dst:    in.remote,
+		irs:    h.SequenceNumber(),
+		rcvNxt: h.SequenceNumber() + 1,
+		rto:    tcpRTOMin,
+		wake:   make(chan struct{}, 1),
+	}
+	f.rcvAcked = f.rcvNxt
+	if opts.WS >= 0 {
+		f.sndShift = uint8(min(opts.WS, 14))
+		f.rcvShift = tcpWndShift
+	}
+	f.sndWnd = uint32(h.WindowSize()) // a SYN's window is never scaled
+	f.mss = int(opts.MSS)
+	if f.mss == 0 {
+		f.mss = tcpDefaultMSS
+	}
+	f.mss = min(f.mss, st.maxSegment(f.v6))
+	st.mu.Lock()
+	switch {
+	case st.closed:
+		st.mu.Unlock()
+		return
+	case st.tcp[key] != nil:
+		st.mu.Unlock() // a retransmitted SYN raced the first
+		return
+	case st.dialing >= st.cfg.MaxInFlight:
+		st.mu.Unlock() // dropped: the sandbox retries the SYN
+		return
+	}
+	st.tcp[key] = f
+	st.dialing++
+	st.wg.Add(1)
+	st.mu.Unlock()
+	st.work.Go(func() { f.dial(target) })
+}
+
+// goFlow runs fn, which calls st.wg.Done when it returns, on a worker; it
+// reports false when the stack is closing.
+func (st *Stack) goFlow(fn func()) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return false
+	}
+	st.wg.Add(1)
+	st.work.Go(fn)
+	return true
+}
+
+// maxSegment is the largest TCP payload that fits the link's MTU.
+func (st *Stack) maxSegment(v6 bool) int {
+	return int(st.ep.MTU()) - ipHeaderLen(v6) - header.TCPMinimumSize
 }
 
 // tcpTarget returns where a connection to dst goes: the upstream resolver
@@ -59,119 +315,726 @@ func (st *Stack) tcpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
 	return dst, true
 }
 
-// forwardTCP dials the target first, so that a refused or unreachable
+// dial opens the host side first, so that a refused or unreachable
 // destination gives the sandbox a RST instead of an accepted connection
-// that then closes; then it completes the handshake and splices.
-func (st *Stack) forwardTCP(req *tcp.ForwarderRequest, target netip.AddrPort) {
-	id := req.ID() // valid only until Complete
+// that then closes; then it answers the SYN.
+func (f *tcpFlow) dial(target netip.AddrPort) {
+	st := f.st
+	defer st.wg.Done()
 	ctx, cancel := context.WithTimeout(st.ctx, st.cfg.DialTimeout)
 	out, err := st.cfg.Dialer.DialContext(ctx, "tcp", target.String())
 	cancel()
+	st.mu.Lock()
+	st.dialing--
+	st.mu.Unlock()
+	var raw syscall.RawConn
+	fd := -1
+	if err == nil {
+		if sc, ok := out.(syscall.Conn); ok {
+			raw, err = sc.SyscallConn()
+		} else {
+			err = errNoDescriptor
+		}
+		if err == nil {
+			cerr := raw.Control(func(d uintptr) { fd = int(d) })
+			if cerr != nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			out.Close()
+		}
+	}
+	f.mu.Lock()
 	if err != nil {
 		st.cfg.Logf("userstack: dial tcp %s: %v", target, err)
-		req.Complete(true)
-		return
-	}
-	if st.ctx.Err() != nil {
-		// Closing: a handshake on a closed stack would only time out.
-		out.Close()
-		req.Complete(true)
-		return
-	}
-	var wq waiter.Queue
-	ep, terr := req.CreateEndpoint(&wq)
-	if terr != nil {
-		// The sandbox side went away (or the handshake failed).
-		req.Complete(true)
-		out.Close()
-		return
-	}
-	req.Complete(false)
-	// Keepalives notice a sandbox peer that vanished without a FIN.
-	ep.SocketOptions().SetKeepAlive(true)
-	in := gonet.NewTCPConn(&wq, ep)
-	if !st.track(in, out) {
-		return
-	}
-	defer st.untrack(in, out)
-	var relayed func()
-	if f, ok := st.ep.(ackFlusher); ok {
-		ours := netip.AddrPortFrom(toAddr(id.LocalAddress), id.LocalPort)
-		theirs := netip.AddrPortFrom(toAddr(id.RemoteAddress), id.RemotePort)
-		relayed = func() { f.FlushAck(ours, theirs) }
-	}
-	st.splice(in, out, relayed)
-}
-
-type closeWriter interface{ CloseWrite() error }
-
-// notifyWriter calls after once each write returned.
-type notifyWriter struct {
-	w     io.Writer
-	after func()
-}
-
-func (n notifyWriter) Write(p []byte) (int, error) {
-	k, err := n.w.Write(p)
-	n.after()
-	return k, err
-}
-
-// relayBuffers recycles splice buffers: a fresh 256 KiB pair per
-// connection made the launcher grow by about 130 KiB a connection under
-// connection churn, until the garbage collector caught up.
-var relayBuffers = sync.Pool{New: func() any { b := make([]byte, relayBufferSize); return &b }}
-
-// ackFlusher is a link endpoint that holds back bare ACKs (TUN): it is
-// told when the data such an ACK acknowledges has been relayed.
-type ackFlusher interface {
-	FlushAck(src, dst netip.AddrPort)
-}
-
-// splice copies both ways until both directions are done: from b to a on a
-// worker, from a to b on the calling goroutine, calling relayed (if set)
-// after each write to b. An EOF in one direction is passed on as a
-// half-close (CloseWrite) so that protocols that shut down their sending
-// side first keep working; an error in either direction tears both down.
-// Both conns are closed on return.
-func (st *Stack) splice(a, b net.Conn, relayed func()) {
-	errc := make(chan error, 1)
-	st.work.Go(func() { errc <- copyHalf(a, b, nil) })
-	if err := copyHalf(b, a, relayed); err != nil {
-		// A reset or closed side: unblock the other direction now.
-		a.Close()
-		b.Close()
-	}
-	<-errc
-	a.Close()
-	b.Close()
-}
-
-// copyHalf copies src to dst until src ends, then half-closes dst. On an
-// error it closes both, which ends the other direction too. relayed, if
-// set, runs after each write and after the half-close.
-func copyHalf(dst, src net.Conn, relayed func()) error {
-	buf := relayBuffers.Get().(*[]byte)
-	var w io.Writer = struct{ io.Writer }{dst}
-	if relayed != nil {
-		w = notifyWriter{dst, relayed}
-	}
-	_, err := io.CopyBuffer(w, struct{ io.Reader }{src}, *buf)
-	relayBuffers.Put(buf)
-	if err != nil {
-		dst.Close()
-		src.Close()
-		return err
-	}
-	if cw, ok := dst.(closeWriter); ok {
-		if cw.CloseWrite() != nil {
-			dst.Close()
+		if f.state == tcpDialing {
+			f.sendReset()
+			f.state = tcpClosed
 		}
+		f.unlock()
+		return
+	}
+	if f.state != tcpDialing || st.ctx.Err() != nil {
+		// Reset by the sandbox, or the stack is closing, while dialing.
+		f.state = tcpClosed
+		f.unlock()
+		out.Close()
+		return
+	}
+	f.out, f.raw, f.fd = out, raw, fd
+	f.iss = rand.Uint32()
+	f.sndUna, f.sndNxt = f.iss, f.iss+1
+	f.state = tcpSynRcvd
+	f.sendSynAck()
+	f.startRTO()
+	f.unlock()
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// errNoDescriptor: the Dialer's contract is a conn with a descriptor.
+const errNoDescriptor = errString("the dialed conn has no descriptor (Dialer must return a syscall.Conn)")
+
+// segment handles a segment of an existing flow.
+func (f *tcpFlow) segment(in *tcpIn) {
+	h := in.h
+	flags := h.Flags()
+	seq := h.SequenceNumber()
+	f.mu.Lock()
+	defer f.unlock()
+	switch f.state {
+	case tcpClosed:
+		return
+	case tcpDialing:
+		if flags.Contains(header.TCPFlagRst) {
+			f.state = tcpClosed // the dial's result is closed when it comes
+		}
+		return // a retransmitted SYN: the answer comes when the dial does
+	}
+	if flags.Contains(header.TCPFlagRst) {
+		// Accepted only in the window: a blind reset from a stale
+		// segment must not tear down a live flow (RFC 5961).
+		if seq-f.rcvNxt <= f.window() || seq == f.rcvNxt {
+			f.reset = true
+			f.state = tcpClosed
+		}
+		return
+	}
+	if flags.Contains(header.TCPFlagSyn) {
+		if f.state == tcpSynRcvd && seq == f.irs && !flags.Contains(header.TCPFlagAck) {
+			f.sendSynAck() // our SYN-ACK was lost
+			return
+		}
+		f.sendAck() // challenge ACK (RFC 5961 4.2)
+		return
+	}
+	if !flags.Contains(header.TCPFlagAck) {
+		return
+	}
+	ack := h.AckNumber()
+	if f.state == tcpSynRcvd {
+		if ack != f.iss+1 {
+			return
+		}
+		f.state = tcpEstablished
+		f.sndUna = ack
+		f.retries, f.rto = 0, tcpRTOMin
+		f.sndWnd = uint32(h.WindowSize()) << f.sndShift
+		f.reading = f.st.goFlow(f.readHost)
+	}
+	n := in.n
+	f.processAck(ack, uint32(h.WindowSize())<<f.sndShift, n == 0 && !flags.Contains(header.TCPFlagFin))
+	switch {
+	case f.state == tcpClosed:
+	case n > 0 || flags.Contains(header.TCPFlagFin):
+		f.processData(seq, in.data, n, flags.Contains(header.TCPFlagFin))
+	case seq != f.rcvNxt:
+		// Not acceptable (RFC 9293 3.10.7.4): a keepalive or a zero
+		// window probe, answered with the current ACK and window.
+		f.sendAck()
+	}
+	f.maybeDone()
+}
+
+// processAck takes the sandbox's acknowledgement and window.
+func (f *tcpFlow) processAck(ack, wnd uint32, bare bool) {
+	if seqGT(ack, f.sndNxt) {
+		f.sendAck() // acknowledges what was never sent
+		return
+	}
+	opened := false
+	switch {
+	case seqGT(ack, f.sndUna):
+		f.dropAcked(ack - f.sndUna)
+		f.sndUna = ack
+		f.dupAcks, f.retries, f.rto = 0, 0, tcpRTOMin
+		if f.sndUna != f.sndNxt {
+			f.startRTO() // progress: the rest waits from now
+		}
+		opened = true
+	case ack == f.sndUna && bare && f.sndUna != f.sndNxt && wnd == f.sndWnd:
+		f.dupAcks++
+		if f.dupAcks == 3 {
+			f.retransmit(true) // fast retransmit
+		}
+	}
+	if wnd != f.sndWnd {
+		opened = opened || wnd > f.sndWnd
+		f.sndWnd = wnd
+	}
+	if opened {
+		f.signal()
+	}
+}
+
+// dropAcked releases n acknowledged bytes (the FIN's sequence number
+// included, when it is acknowledged) from the front of sent.
+func (f *tcpFlow) dropAcked(n uint32) {
+	i := 0
+	for ; i < len(f.sent) && n > 0; i++ {
+		c := &f.sent[i]
+		if uint32(len(c.data)) > n {
+			c.data = c.data[n:]
+			break
+		}
+		n -= uint32(len(c.data))
+		c.release()
+	}
+	if i > 0 {
+		k := copy(f.sent, f.sent[i:])
+		clear(f.sent[k:])
+		f.sent = f.sent[:k]
+	}
+}
+
+func (c *tcpChunk) release() {
+	if c.pooled != nil {
+		readBuffers.Put(c.pooled)
+	}
+	*c = tcpChunk{}
+}
+
+// processData takes the payload (and FIN) of an in-window segment: in
+// order, it goes to the host; a gap or a duplicate is answered with an
+// immediate ACK (the sandbox's fast retransmit fills gaps; nothing out of
+// order is kept).
+func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
+	skip := 0
+	if seqLT(seq, f.rcvNxt) {
+		old := int(f.rcvNxt - seq)
+		if old > n || (old == n && !fin) || (old == n+1 && fin) {
+			f.sendAck() // entirely old: a retransmission we already have
+			return
+		}
+		if old == n+1 {
+			fin = false
+		}
+		skip = old
+	} else if seq != f.rcvNxt {
+		f.sendAck() // a gap: duplicate ACK
+		return
+	}
+	if f.finRcvd {
+		f.sendAck()
+		return
+	}
+	take := n - skip
+	if room := tcpRcvBuf - f.pendLen; take > room {
+		take, fin = room, false // beyond the window: dropped
+	}
+	if take > 0 {
+		if !f.toHost(data, skip, take) {
+			return
+		}
+		f.rcvNxt += uint32(take)
+	}
+	if fin {
+		f.rcvNxt++
+		f.finRcvd = true
+		f.shutHost()
+		if f.finSent {
+			f.sendAck() // the last segment of the flow
+		} else {
+			f.armAck() // the host's FIN, if it follows soon, carries it
+		}
+		return
+	}
+	if f.rcvNxt-f.rcvAcked >= tcpAckEvery {
+		f.sendAck()
+		return
+	}
+	f.armAck()
+}
+
+// toHost writes take bytes of the segment's payload, from skip on, to the
+// host socket without waiting; what does not fit is copied to pend and
+// drained by a goroutine that waits for room. It reports false when the
+// flow failed.
+func (f *tcpFlow) toHost(data [][]byte, skip, take int) bool {
+	var small [4][]byte
+	parts := cutSlices(small[:0], data, skip, take)
+	if !f.writing {
+		n, err := rawWritev(f.fd, parts)
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
+			n = 0
+		case err != nil:
+			f.hostFailed(err)
+			return false
+		}
+		parts = trimFront(parts, n)
+	}
+	if len(parts) == 0 {
+		return true
+	}
+	rest := make([]byte, 0, take)
+	for _, p := range parts {
+		rest = append(rest, p...)
+	}
+	f.pend = append(f.pend, rest)
+	f.pendLen += len(rest)
+	if !f.writing {
+		if f.writing = f.st.goFlow(f.drain); !f.writing {
+			f.state = tcpClosed // the stack is closing
+			return false
+		}
+	}
+	return true
+}
+
+// payloadSlices appends the slices holding the n bytes of pkt's payload.
+func payloadSlices(dst [][]byte, pkt *stack.PacketBuffer, n int) [][]byte {
+	return cutSlices(dst, pkt.AsSlices(), pkt.HeaderSize(), n)
+}
+
+// cutSlices appends the slices of src that hold take bytes from skip on.
+func cutSlices(dst, src [][]byte, skip, take int) [][]byte {
+	for _, s := range src {
+		if take == 0 {
+			break
+		}
+		if skip >= len(s) {
+			skip -= len(s)
+			continue
+		}
+		s = s[skip:]
+		skip = 0
+		if len(s) > take {
+			s = s[:take]
+		}
+		dst = append(dst, s)
+		take -= len(s)
+	}
+	return dst
+}
+
+// trimFront drops n bytes from the front of parts.
+func trimFront(parts [][]byte, n int) [][]byte {
+	for len(parts) > 0 && n >= len(parts[0]) {
+		n -= len(parts[0])
+		parts = parts[1:]
+	}
+	if n > 0 {
+		parts[0] = parts[0][n:]
+	}
+	return parts
+}
+
+// drain writes pend to the host socket as room comes, then passes on a
+// FIN, and reopens the window it had narrowed.
+func (f *tcpFlow) drain() {
+	defer f.st.wg.Done()
+	err := f.raw.Write(func(uintptr) bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for f.state != tcpClosed && len(f.pend) > 0 {
+			n, err := rawWritev(f.fd, f.pend[:min(len(f.pend), maxIovecs)])
+			if err == unix.EAGAIN || err == unix.EINTR {
+				return false // wait for room
+			}
+			if err != nil {
+				f.hostFailed(err)
+				break
+			}
+			f.pendLen -= n
+			for n > 0 && n >= len(f.pend[0]) {
+				n -= len(f.pend[0])
+				f.pend[0] = nil
+				f.pend = f.pend[1:]
+			}
+			if n > 0 {
+				f.pend[0] = f.pend[0][n:]
+			}
+		}
+		f.pend = nil
+		f.writing = false
+		if f.state != tcpClosed {
+			f.shutHost()
+			// The window reopens: say so if it had closed below half.
+			if f.rcvNxt != f.rcvAcked || f.rcvWnd < tcpRcvBuf/2 {
+				f.sendAck()
+			}
+			f.maybeDone()
+		}
+		return true
+	})
+	f.mu.Lock()
+	if err != nil && f.state != tcpClosed {
+		f.hostFailed(err)
+	}
+	f.writing = false
+	f.unlock()
+}
+
+// shutHost passes the sandbox's FIN on once everything before it is
+// written.
+func (f *tcpFlow) shutHost() {
+	if !f.finRcvd || f.shutWr || f.writing {
+		return
+	}
+	f.shutWr = true
+	if err := unix.Shutdown(f.fd, unix.SHUT_WR); err != nil && err != unix.ENOTCONN {
+		f.hostFailed(err)
+	}
+}
+
+// readHost reads the host socket as far as the sandbox's window allows
+// and sends what it reads, until the host's EOF or the flow's end.
+func (f *tcpFlow) readHost() {
+	defer f.st.wg.Done()
+	for {
+		f.mu.Lock()
+		for f.state == tcpEstablished && f.space() == 0 {
+			if f.sndUna == f.sndNxt && !f.rtoArmed {
+				f.startRTO() // a window probe, if the sandbox's update is lost
+			}
+			f.mu.Unlock()
+			<-f.wake
+			f.mu.Lock()
+		}
+		if f.state != tcpEstablished {
+			f.reading = false
+			f.unlock()
+			return
+		}
+		f.mu.Unlock()
+		stop := false
+		// A read shorter than asked drained the socket; with edge-
+		// triggered polling any later data signals readiness again, so
+		// the next step is to wait, not a read that fails. That holds
+		// within one Read call only: a new call forgets readiness seen
+		// before it, so its first step is a read.
+		drained := false
+		err := f.raw.Read(func(uintptr) bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			for {
+				if f.state != tcpEstablished {
+					stop = true
+					return true
+				}
+				if drained {
+					drained = false
+					return false
+				}
+				room := min(f.space(), f.mss, tcpReadMax)
+				if room == 0 {
+					return true // the window closed: wait for it
+				}
+				buf := readBuffers.Get().(*[]byte)
+				n, err := rawRead(f.fd, (*buf)[:room])
+				switch {
+				case err == unix.EAGAIN || err == unix.EINTR:
+					readBuffers.Put(buf)
+					return false // wait for data
+				case err != nil:
+					readBuffers.Put(buf)
+					f.hostFailed(err)
+					stop = true
+					return true
+				case n == 0:
+					readBuffers.Put(buf)
+					f.hostEOF = true
+					f.sendFin()
+					stop = true
+					return true
+				}
+				c := tcpChunk{data: (*buf)[:n], pooled: buf}
+				if n < tcpCopyBelow {
+					c = tcpChunk{data: append([]byte(nil), (*buf)[:n]...)}
+					readBuffers.Put(buf)
+				}
+				f.sendData(c)
+				drained = n < room
+			}
+		})
+		if err != nil || stop {
+			f.mu.Lock()
+			if err != nil && f.state != tcpClosed {
+				f.hostFailed(err)
+			}
+			f.reading = false
+			f.maybeDone()
+			f.unlock()
+			return
+		}
+	}
+}
+
+// space is how much more the sandbox's window and the send buffer take.
+func (f *tcpFlow) space() int {
+	inflight := f.sndNxt - f.sndUna
+	lim := min(f.sndWnd, tcpSndBuf)
+	if inflight >= lim {
+		return 0
+	}
+	return int(lim - inflight)
+}
+
+// signal wakes the host reader (window opened, or the flow ended).
+func (f *tcpFlow) signal() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sendData sends a chunk of host data as one segment and keeps it until
+// it is acknowledged.
+func (f *tcpFlow) sendData(c tcpChunk) {
+	seg := f.seg(header.TCPFlagAck|header.TCPFlagPsh, f.sndNxt)
+	if f.sndUna == f.sndNxt || !f.rtoArmed {
+		f.startRTO()
+	}
+	f.sent = append(f.sent, c)
+	f.sndNxt += uint32(len(c.data))
+	f.write(&seg, c.data)
+}
+
+// sendFin sends the host's FIN once all its data is sent.
+func (f *tcpFlow) sendFin() {
+	if f.finSent {
+		return
+	}
+	f.finSent = true
+	seg := f.seg(header.TCPFlagAck|header.TCPFlagFin, f.sndNxt)
+	if f.sndUna == f.sndNxt || !f.rtoArmed {
+		f.startRTO()
+	}
+	f.sndNxt++
+	f.write(&seg, nil)
+}
+
+// retransmit resends from sndUna: one segment, or everything outstanding
+// (go-back-N), the FIN included.
+func (f *tcpFlow) retransmit(one bool) {
+	if f.state == tcpSynRcvd {
+		f.sendSynAck()
+		return
+	}
+	seq := f.sndUna
+	for _, c := range f.sent {
+		seg := f.seg(header.TCPFlagAck|header.TCPFlagPsh, seq)
+		f.write(&seg, c.data)
+		seq += uint32(len(c.data))
+		if one {
+			return
+		}
+	}
+	if f.finSent && seq != f.sndNxt {
+		seg := f.seg(header.TCPFlagAck|header.TCPFlagFin, seq)
+		f.write(&seg, nil)
+	}
+}
+
+// window is the receive window to advertise, in bytes.
+func (f *tcpFlow) window() uint32 {
+	w := uint32(tcpRcvBuf - f.pendLen)
+	return min(w, 0xffff<<f.rcvShift)
+}
+
+// seg starts a segment from the flow's destination to the sandbox,
+// acknowledging everything received so far.
+func (f *tcpFlow) seg(flags header.TCPFlags, seq uint32) tcpSegment {
+	f.rcvWnd = f.window() >> f.rcvShift << f.rcvShift
+	return tcpSegment{
+		v6: f.v6, src: f.src, dst: f.dst, srcPort: f.key.dst.Port(), dstPort: f.key.src.Port(),
+		flags: flags, seq: seq, ack: f.rcvNxt, wnd: uint16(f.rcvWnd >> f.rcvShift),
+	}
+}
+
+// write sends seg; every segment carries the current ACK, so a delayed
+// one is no longer due.
+func (f *tcpFlow) write(seg *tcpSegment, payload []byte) {
+	f.rcvAcked = f.rcvNxt
+	if err := f.st.writeTCP(seg, payload); err != nil {
+		// A full or closed device: retransmission covers the first,
+		// the flow's end the second.
+		f.st.cfg.Logf("userstack: tcp segment to %s: %v", f.key.src, err)
+	}
+}
+
+func (f *tcpFlow) sendAck() {
+	if f.state == tcpDialing || f.state == tcpClosed {
+		return
+	}
+	seg := f.seg(header.TCPFlagAck, f.sndNxt)
+	f.write(&seg, nil)
+}
+
+func (f *tcpFlow) sendSynAck() {
+	seg := f.seg(header.TCPFlagSyn|header.TCPFlagAck, f.iss)
+	seg.wnd = uint16(min(f.window(), 0xffff)) // a SYN's window is never scaled
+	seg.mss = uint16(f.st.maxSegment(f.v6))
+	seg.ws = -1
+	if f.rcvShift > 0 {
+		seg.ws = int(f.rcvShift)
+	}
+	f.write(&seg, nil)
+}
+
+// sendReset resets the sandbox's side.
+func (f *tcpFlow) sendReset() {
+	seg := f.seg(header.TCPFlagRst|header.TCPFlagAck, f.sndNxt)
+	if f.state == tcpDialing {
+		seg.seq = 0
+	}
+	f.write(&seg, nil)
+}
+
+// hostFailed ends the flow after a host socket error: the sandbox gets a
+// RST, as it would from the remote end.
+func (f *tcpFlow) hostFailed(err error) {
+	if f.state == tcpClosed {
+		return
+	}
+	f.st.cfg.Logf("userstack: tcp %s -> %s: host side: %v", f.key.src, f.key.dst, err)
+	f.sendReset()
+	f.reset = true
+	f.state = tcpClosed
+}
+
+// maybeDone ends a flow both sides have closed and acknowledged.
+func (f *tcpFlow) maybeDone() {
+	if f.state == tcpEstablished && f.finRcvd && f.shutWr && !f.writing &&
+		f.finSent && f.sndUna == f.sndNxt && !f.reading {
+		f.state = tcpClosed
+	}
+}
+
+// Timers. Both run their callback under mu.
+
+func (f *tcpFlow) armAck() {
+	if f.ackArmed {
+		return
+	}
+	f.ackArmed = true
+	if f.ackTimer == nil {
+		f.ackTimer = time.AfterFunc(tcpAckDelay, f.onAckTimer)
+		return
+	}
+	f.ackTimer.Reset(tcpAckDelay)
+}
+
+func (f *tcpFlow) onAckTimer() {
+	f.mu.Lock()
+	f.ackArmed = false
+	if f.rcvAcked != f.rcvNxt {
+		f.sendAck()
+	}
+	f.mu.Unlock()
+}
+
+// The retransmission timer is lazy: progress only moves rtoFrom, and the
+// timer, once armed, runs out and then looks at what is outstanding.
+// Resetting a Go timer for every segment cost more than a tenth of the
+// relay's CPU per round trip.
+
+// startRTO starts the wait of what is outstanding now.
+func (f *tcpFlow) startRTO() {
+	f.rtoFrom = time.Now()
+	if !f.rtoArmed {
+		f.armRTO(f.rto)
+	}
+}
+
+func (f *tcpFlow) armRTO(d time.Duration) {
+	if f.rtoTimer == nil {
+		f.rtoTimer = time.AfterFunc(d, f.onRTO)
 	} else {
-		dst.Close()
+		f.rtoTimer.Reset(d)
 	}
-	if relayed != nil {
-		relayed() // the FIN, passed on too
+	f.rtoArmed = true
+}
+
+func (f *tcpFlow) stopRTO() {
+	if f.rtoArmed {
+		f.rtoTimer.Stop()
+		f.rtoArmed = false
 	}
-	return nil
+}
+
+// onRTO retransmits everything outstanding, or probes a zero window, and
+// gives the flow up after tcpMaxRetries timeouts without progress.
+func (f *tcpFlow) onRTO() {
+	f.mu.Lock()
+	defer f.unlock()
+	f.rtoArmed = false
+	if f.state != tcpSynRcvd && f.state != tcpEstablished {
+		return
+	}
+	probe := f.state == tcpEstablished && f.sndUna == f.sndNxt
+	if probe && (f.space() > 0 || !f.reading) {
+		return // nothing outstanding, no window to probe
+	}
+	if left := f.rto - time.Since(f.rtoFrom); left > 0 {
+		f.armRTO(left) // progress since the timer was armed
+		return
+	}
+	f.retries++
+	if f.retries > tcpMaxRetries {
+		f.st.cfg.Logf("userstack: tcp %s -> %s: the sandbox stopped acknowledging", f.key.src, f.key.dst)
+		f.sendReset()
+		f.reset = true
+		f.state = tcpClosed
+		return
+	}
+	f.rto = min(2*f.rto, tcpRTOMax)
+	if probe {
+		// Out of window on purpose: the sandbox answers with an ACK that
+		// carries its current window.
+		seg := f.seg(header.TCPFlagAck, f.sndUna-1)
+		f.write(&seg, nil)
+	} else {
+		f.retransmit(false)
+	}
+	f.rtoFrom = time.Now()
+	f.armRTO(f.rto)
+}
+
+// unlock releases mu; a flow that just closed is then torn down outside
+// the lock: timers stopped, host socket closed, table entry removed.
+func (f *tcpFlow) unlock() {
+	if f.state != tcpClosed || f.closed {
+		f.mu.Unlock()
+		return
+	}
+	f.closed = true
+	out, reset := f.out, f.reset
+	if out != nil && reset && f.fd >= 0 {
+		_ = unix.SetsockoptLinger(f.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+	}
+	if f.ackTimer != nil {
+		f.ackTimer.Stop()
+	}
+	f.stopRTO()
+	for i := range f.sent {
+		f.sent[i].release()
+	}
+	f.sent, f.pend = nil, nil
+	f.mu.Unlock()
+	f.signal()
+	if out != nil {
+		// After mu: Close waits for the RawConn callbacks in flight,
+		// which take mu. (unlock never runs inside one.)
+		out.Close()
+	}
+	st := f.st
+	st.mu.Lock()
+	if st.tcp[f.key] == f {
+		delete(st.tcp, f.key)
+	}
+	st.mu.Unlock()
+}
+
+// closeTCP ends every flow (the stack is closing); nothing is sent.
+func (st *Stack) closeTCP(flows map[flowKey]*tcpFlow) {
+	for _, f := range flows {
+		f.mu.Lock()
+		f.state = tcpClosed
+		f.unlock()
+	}
 }

@@ -2,6 +2,7 @@ package userstack
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"net/netip"
 	"os"
@@ -77,7 +78,16 @@ func (p *tunPeer) recvTCP(t *testing.T, skipBare bool) header.TCP {
 		if err != nil {
 			t.Fatalf("read from the endpoint: %v", err)
 		}
-		tcp := parseOut(t, buf[p.vnet:n]).tcp()
+		pkt := buf[p.vnet:n]
+		o := parseOut(t, pkt)
+		if p.vnet > 0 && buf[0]&vnetNeedsCsum != 0 {
+			// Complete the checksum as the kernel does: the field holds
+			// the pseudo-header sum; fold in everything from csum_start.
+			start, off := int(binary.LittleEndian.Uint16(buf[6:])), int(binary.LittleEndian.Uint16(buf[8:]))
+			binary.BigEndian.PutUint16(pkt[start+off:], ^checksum.Checksum(pkt[start:], 0))
+		}
+		checkTCPSum(t, o)
+		tcp := o.tcp()
 		if skipBare && tcp.Flags() == header.TCPFlagAck && len(tcp.Payload()) == 0 {
 			continue
 		}
@@ -173,6 +183,17 @@ func TestTUNEndpointCarriesUDP(t *testing.T) {
 		if !u.IsChecksumValid(tcpAddr(src), tcpAddr(dst), checksum.Checksum(u.Payload(), 0)) {
 			t.Errorf("UDP checksum invalid (pseudo-header sum %#x)", xsum)
 		}
+		// The flow's next datagram takes the fast path (a known flow),
+		// split across the reader's head and body: it arrives whole, and
+		// nothing is dialed again.
+		big := bytes.Repeat([]byte("s"), 3000)
+		_, b = udpBytes(c.src, c.dst, big)
+		peer.send(t, b)
+		got = make([]byte, 4000)
+		if n, err = up.peer.Read(got); err != nil || !bytes.Equal(got[:n], big) {
+			t.Fatalf("upstream got %d bytes, %v; want the 3000-byte datagram", n, err)
+		}
+		dialer.none(t)
 	}
 }
 
@@ -215,5 +236,109 @@ func TestUDPReplyChecksumNeverZero(t *testing.T) {
 	}
 	if !bytes.Equal(u.Payload(), payload) {
 		t.Errorf("payload %x, want %x", u.Payload(), payload)
+	}
+}
+
+// The TUN's fast path takes ordinary segments only; everything else is
+// left to gVisor's IP layer (and still reaches the relay from there, or
+// is dropped there).
+func TestFastTCPClassifies(t *testing.T) {
+	seg := func(src, dst string, payload int) []byte {
+		_, b := tcpSeg{src: netip.MustParseAddrPort(src), dst: netip.MustParseAddrPort(dst), flags: header.TCPFlagAck, seq: 1, payload: make([]byte, payload)}.bytes()
+		return b
+	}
+	v4 := func(payload int) []byte { return seg("10.255.255.2:40000", "203.0.113.1:443", payload) }
+	v6 := func() []byte { return seg("[fd7a:5a4e::2]:40000", "[2001:db8::1]:443", 10) }
+	fix4 := func(b []byte) []byte {
+		ip := header.IPv4(b)
+		ip.SetChecksum(0)
+		ip.SetChecksum(^ip.CalculateChecksum())
+		return b
+	}
+	tests := []struct {
+		name string
+		pkt  []byte
+		n    int // bytes "read"; 0: len(pkt)
+		want bool
+	}{
+		{"v4", v4(10), 0, true},
+		{"v4 payload past the head", v4(3000), 0, true},
+		{"v6", v6(), 0, true},
+		{"v4 more fragments", fix4(func() []byte { b := v4(10); b[6] |= 0x20; return b }()), 0, false},
+		{"v4 fragment offset", fix4(func() []byte { b := v4(10); b[7] = 1; return b }()), 0, false},
+		{"v6 extension header", func() []byte { b := v6(); b[6] = 0; return b }(), 0, false},
+		{"v4 loopback destination", seg("10.255.255.2:40000", "127.0.0.1:22", 0), 0, false},
+		{"v4 loopback source", seg("127.0.0.1:40000", "203.0.113.1:443", 0), 0, false},
+		{"v4 link-local", seg("10.255.255.2:40000", "169.254.169.254:80", 0), 0, false},
+		{"v4 multicast", seg("10.255.255.2:40000", "224.0.0.1:80", 0), 0, false},
+		{"v4 broadcast", seg("10.255.255.2:40000", "255.255.255.255:80", 0), 0, false},
+		{"v6 loopback", seg("[fd7a:5a4e::2]:40000", "[::1]:22", 0), 0, false},
+		{"v6 mapped", seg("[fd7a:5a4e::2]:40000", "[::ffff:203.0.113.1]:22", 0), 0, false},
+		{"v6 link-local", seg("[fd7a:5a4e::2]:40000", "[fe80::1]:22", 0), 0, false},
+		{"truncated", v4(100), 80, false},
+		{"short data offset", func() []byte { b := v4(10); b[header.IPv4MinimumSize+12] = 4 << 4; return b }(), 0, false},
+		{"not TCP", func() []byte {
+			_, b := udpBytes(netip.MustParseAddrPort("10.255.255.2:1"), netip.MustParseAddrPort("203.0.113.1:53"), nil)
+			return b
+		}(), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := tt.n
+			if n == 0 {
+				n = len(tt.pkt)
+			}
+			head := tt.pkt[:min(n, rxHeadLen)]
+			var body []byte
+			if n > rxHeadLen {
+				body = tt.pkt[rxHeadLen:]
+			}
+			var in tcpIn
+			if got := fastTCP(&in, head, body, n); got != tt.want {
+				t.Fatalf("fast path took it: %v, want %v", got, tt.want)
+			}
+			if !tt.want {
+				return
+			}
+			var payload []byte
+			for _, d := range in.data {
+				payload = append(payload, d...)
+			}
+			if len(payload) != in.n || in.n != len(header.TCP(tt.pkt[len(tt.pkt)-in.n-header.TCPMinimumSize:]).Payload()) {
+				t.Fatalf("payload %d bytes (n %d)", len(payload), in.n)
+			}
+			if in.key.src.Port() != 40000 || in.key.dst.Port() != 443 || in.h.SequenceNumber() != 1 {
+				t.Fatalf("parsed %v -> %v seq %d", in.key.src, in.key.dst, in.h.SequenceNumber())
+			}
+		})
+	}
+}
+
+// The fast path's UDP parse: the flow, and a payload split across the
+// reader's head and body; a fragment or a bad length is left to gVisor.
+func TestFastUDPParses(t *testing.T) {
+	src, dst := netip.MustParseAddrPort("10.255.255.2:40000"), netip.MustParseAddrPort("203.0.113.1:53")
+	payload := pattern(3000)
+	_, b := udpBytes(src, dst, payload)
+	key, data, ok := fastUDP(nil, b[:rxHeadLen], b[rxHeadLen:], len(b))
+	if !ok || key.src != src || key.dst != dst {
+		t.Fatalf("parsed %v, %v -> %v", ok, key.src, key.dst)
+	}
+	var got []byte
+	for _, d := range data {
+		got = append(got, d...)
+	}
+	if !bytes.Equal(got, payload) {
+		t.Fatalf("payload of %d bytes differs", len(got))
+	}
+	frag := append([]byte(nil), b...)
+	frag[6] |= 0x20 // more fragments
+	if _, _, ok := fastUDP(nil, frag[:rxHeadLen], frag[rxHeadLen:], len(frag)); ok {
+		t.Error("fast path took a fragment")
+	}
+	bad := append([]byte(nil), b...)
+	binary.BigEndian.PutUint16(bad[header.IPv4MinimumSize+4:], 9) // UDP length
+	if _, _, ok := fastUDP(nil, bad[:rxHeadLen], bad[rxHeadLen:], len(bad)); ok {
+		t.Error("fast path took a datagram whose UDP length disagrees with the IP length")
 	}
 }

@@ -9,9 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
@@ -49,12 +46,36 @@ func (f *udpFlow) close() {
 // socket buffer drops it, as a congested network would.
 func (f *udpFlow) send(b []byte) {
 	_ = f.raw.Write(func(fd uintptr) bool {
-		_, _ = unix.Write(int(fd), b)
+		_, _ = rawWritev(int(fd), [][]byte{b})
 		return true
 	})
 }
 
-// handleUDP handles every UDP datagram from the sandbox. Returning false
+// sendv is send for a datagram in parts.
+func (f *udpFlow) sendv(parts [][]byte) {
+	_ = f.raw.Write(func(fd uintptr) bool {
+		_, _ = rawWritev(int(fd), parts)
+		return true
+	})
+}
+
+// udpInput takes a datagram from the TUN's fast path: for a known flow it
+// is sent on at once; a new flow's first datagram is left to gVisor's
+// path (handleUDP), which decides the flow.
+func (st *Stack) udpInput(key flowKey, data [][]byte) bool {
+	st.mu.Lock()
+	f := st.flows[key]
+	st.mu.Unlock()
+	if f == nil {
+		return false
+	}
+	f.touch(st.cfg.Now())
+	f.sendv(data)
+	return true
+}
+
+// handleUDP handles every UDP datagram from the sandbox that the TUN's
+// fast path does not (and all of them on other links). Returning false
 // makes gVisor answer with ICMP port unreachable.
 func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer) bool {
 	dst := netip.AddrPortFrom(toAddr(id.LocalAddress), id.LocalPort)
@@ -166,7 +187,7 @@ func (st *Stack) pumpReplies(key flowKey, f *udpFlow) {
 
 // writeUDP writes the n payload bytes at buf[udpHeadroom:] to the sandbox
 // as a datagram from src to dst, framing it in the headroom.
-func (st *Stack) writeUDP(buf []byte, n int, src, dst netip.AddrPort) tcpip.Error {
+func (st *Stack) writeUDP(buf []byte, n int, src, dst netip.AddrPort) error {
 	payload := buf[udpHeadroom : udpHeadroom+n]
 	udpLen := header.UDPMinimumSize + n
 	v6 := src.Addr().Is6()

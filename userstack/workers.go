@@ -15,10 +15,11 @@ const workerIdle = 5 * time.Second
 // small stack and copies it as it grows, which measured 7% of the CPU under
 // connection churn. A worker keeps the stack it grew for the next flow.
 type workers struct {
-	work chan func()
-	done <-chan struct{} // closed when the stack closes: idle workers exit
-	wg   *sync.WaitGroup // counts the workers themselves
-	idle atomic.Int32
+	work    chan func()
+	done    <-chan struct{} // closed when the stack closes: idle workers exit
+	wg      *sync.WaitGroup // counts the workers themselves
+	idle    atomic.Int32
+	started atomic.Int32 // goroutines ever started
 }
 
 func newWorkers(done <-chan struct{}, wg *sync.WaitGroup) *workers {
@@ -33,6 +34,7 @@ func (w *workers) Go(f func()) {
 	default:
 	}
 	w.wg.Add(1)
+	w.started.Add(1)
 	go w.loop(f)
 }
 

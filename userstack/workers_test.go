@@ -1,7 +1,6 @@
 package userstack
 
 import (
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ func TestWorkersReuseAndEnd(t *testing.T) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	w := newWorkers(done, &wg)
-	before := runtime.NumGoroutine()
 	ran := make(chan int, 10)
 	w.Go(func() { ran <- 1 })
 	<-ran
@@ -25,7 +23,7 @@ func TestWorkersReuseAndEnd(t *testing.T) {
 		}
 		waitIdle(t, w, 1)
 	}
-	if n := runtime.NumGoroutine() - before; n != 1 {
+	if n := w.started.Load(); n != 1 {
 		t.Errorf("%d goroutines for five sequential functions, want 1 reused worker", n)
 	}
 	// Two at once need two workers.
@@ -34,6 +32,9 @@ func TestWorkersReuseAndEnd(t *testing.T) {
 	w.Go(func() { <-block })
 	close(block)
 	waitIdle(t, w, 2)
+	if n := w.started.Load(); n != 2 {
+		t.Errorf("%d goroutines started, want 2", n)
+	}
 	close(done)
 	wg.Wait()
 	if n := w.Idle(); n != 0 {
