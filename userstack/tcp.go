@@ -702,12 +702,9 @@ func (f *tcpFlow) readHost() {
 		}
 		f.mu.Unlock()
 		stop := false
-		// A read shorter than asked drained the socket; with edge-
-		// triggered polling any later data signals readiness again, so
-		// the next step is to wait, not a read that fails. That holds
-		// within one Read call only: a new call forgets readiness seen
-		// before it, so its first step is a read.
-		drained := false
+		// Reads go on until one would block: a read shorter than asked
+		// does not mean nothing more is coming, since an EOF or an error
+		// already queued behind the data signals no new readiness.
 		err := f.raw.Read(func(uintptr) bool {
 			f.mu.Lock()
 			defer f.mu.Unlock()
@@ -715,10 +712,6 @@ func (f *tcpFlow) readHost() {
 				if f.state != tcpEstablished {
 					stop = true
 					return true
-				}
-				if drained {
-					drained = false
-					return false
 				}
 				room := min(f.space(), f.mss, tcpReadMax)
 				if room == 0 {
@@ -748,7 +741,6 @@ func (f *tcpFlow) readHost() {
 					readBuffers.Put(buf)
 				}
 				f.sendData(c)
-				drained = n < room
 			}
 		})
 		if err != nil || stop {

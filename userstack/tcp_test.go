@@ -299,3 +299,32 @@ func tcpFlows(st *Stack) int {
 	defer st.mu.Unlock()
 	return len(st.tcp)
 }
+
+// Data and the host's EOF both waiting before the relay reads: a short
+// read must not be taken for "nothing more to come", or the FIN (which
+// signals no new readiness) would never be passed on.
+func TestTCPRelayDataThenEOFAlreadyQueued(t *testing.T) {
+	h := newHarness(t)
+	src, dst := netip.AddrPortFrom(jail4, 43800), netip.MustParseAddrPort("203.0.113.28:80")
+	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagSyn, seq: 1000}.bytes())
+	d := h.dialer.next(t)
+	synack := readOut(t, h.ep)
+	// The server's greeting and its close are queued before the
+	// handshake completes (the relay starts reading only then).
+	if _, err := d.peer.Write([]byte("220 bye")); err != nil {
+		t.Fatal(err)
+	}
+	d.peer.Close()
+	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck, seq: 1001, ack: synack.tcp().SequenceNumber() + 1}.bytes())
+	var got []byte
+	for {
+		o := readOut(t, h.ep)
+		got = append(got, o.tcpPayload()...)
+		if o.tcp().Flags().Contains(header.TCPFlagFin) {
+			break
+		}
+	}
+	if string(got) != "220 bye" {
+		t.Fatalf("sandbox got %q before the FIN", got)
+	}
+}
