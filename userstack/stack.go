@@ -36,9 +36,10 @@ type Dialer interface {
 const (
 	DefaultDialTimeout    = 10 * time.Second
 	DefaultUDPIdleTimeout = 60 * time.Second
-	// DefaultMaxInFlight is how many TCP connection attempts may be
-	// pending (dialing) at once. High, so a few blackholed or slow
-	// destinations cannot stall every other connection.
+	// DefaultMaxInFlight is how many TCP connections may be opening at
+	// once (dialing, or waiting for the sandbox's handshake ACK). High, so
+	// a few blackholed or slow destinations cannot stall every other
+	// connection; bounded, so a SYN flood cannot take every descriptor.
 	DefaultMaxInFlight = 4096
 	nicID              = tcpip.NICID(1)
 )
@@ -71,7 +72,8 @@ type Config struct {
 	// UDPIdleTimeout expires idle UDP NAT entries; default
 	// DefaultUDPIdleTimeout.
 	UDPIdleTimeout time.Duration
-	// MaxInFlight bounds pending TCP dials; default DefaultMaxInFlight.
+	// MaxInFlight bounds TCP connections still opening; default
+	// DefaultMaxInFlight.
 	MaxInFlight int
 	// Now is the clock for UDP idle expiry and block timestamps; default
 	// time.Now. Tests inject a fake one.
@@ -96,7 +98,7 @@ type Stack struct {
 	mu      sync.Mutex
 	closed  bool
 	tcp     map[flowKey]*tcpFlow
-	dialing int // TCP flows waiting for their dial
+	opening int // TCP flows not yet established (dialing or SYN-RCVD)
 	flows   map[flowKey]*udpFlow
 	wg      sync.WaitGroup
 	pings   chan struct{} // a slot per proxied echo in flight

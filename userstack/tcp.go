@@ -58,11 +58,19 @@ const (
 	// tcpDefaultMSS is TCP's default when a SYN carries no MSS option.
 	tcpDefaultMSS = 536
 	// tcpReadMax is the most one read from a host socket takes (one
-	// segment); reads shorter than tcpCopyBelow are copied out of the
-	// pooled buffer so that small segments waiting for an ACK do not pin
-	// 64 KiB each.
+	// segment); reads shorter than half of it are copied out of the
+	// pooled buffer, so that data waiting for the sandbox's ACK never
+	// pins more than twice its size (a sandbox can ask for small
+	// segments with its MSS).
 	tcpReadMax   = 64 << 10
-	tcpCopyBelow = 16 << 10
+	tcpCopyBelow = tcpReadMax / 2
+	// tcpPendChunk is the least a buffer for sandbox data waiting for the
+	// host socket holds: small segments share one, so that their count
+	// does not multiply the memory their bytes take.
+	tcpPendChunk = 16 << 10
+	// tcpSynRetries bounds the SYN-ACK retransmissions to a sandbox that
+	// never completes its handshake (the host socket is open meanwhile).
+	tcpSynRetries = 5
 	// maxIovecs is the kernel's limit on one writev (IOV_MAX).
 	maxIovecs = 1024
 )
@@ -97,13 +105,16 @@ type tcpFlow struct {
 	v6       bool
 	src, dst tcpip.Address // dst's and src's addresses, for framing
 
-	mu     sync.Mutex
-	state  tcpState
-	out    net.Conn
-	raw    syscall.RawConn
-	fd     int
-	reset  bool // close the host socket with a RST (SO_LINGER 0)
-	closed bool // out.Close done or claimed
+	mu    sync.Mutex
+	state tcpState
+	out   net.Conn
+	raw   syscall.RawConn
+	fd    int
+	reset bool // close the host socket with a RST (SO_LINGER 0)
+	// opening: counted in st.opening (dialing or SYN-RCVD). Set and
+	// cleared under both mu and st.mu; read under either.
+	opening bool
+	closed  bool // out.Close done or claimed
 
 	// The sandbox's data, toward the host.
 	irs      uint32
@@ -268,12 +279,13 @@ func (st *Stack) newTCP(in *tcpIn) {
 	case st.tcp[key] != nil:
 		st.mu.Unlock() // a retransmitted SYN raced the first
 		return
-	case st.dialing >= st.cfg.MaxInFlight:
+	case st.opening >= st.cfg.MaxInFlight:
 		st.mu.Unlock() // dropped: the sandbox retries the SYN
 		return
 	}
 	st.tcp[key] = f
-	st.dialing++
+	st.opening++
+	f.opening = true
 	st.wg.Add(1)
 	st.mu.Unlock()
 	st.work.Go(func() { f.dial(target) })
@@ -324,9 +336,6 @@ func (f *tcpFlow) dial(target netip.AddrPort) {
 	ctx, cancel := context.WithTimeout(st.ctx, st.cfg.DialTimeout)
 	out, err := st.cfg.Dialer.DialContext(ctx, "tcp", target.String())
 	cancel()
-	st.mu.Lock()
-	st.dialing--
-	st.mu.Unlock()
 	var raw syscall.RawConn
 	fd := -1
 	if err == nil {
@@ -397,7 +406,7 @@ func (f *tcpFlow) segment(in *tcpIn) {
 	if flags.Contains(header.TCPFlagRst) {
 		// Accepted only in the window: a blind reset from a stale
 		// segment must not tear down a live flow (RFC 5961).
-		if seq-f.rcvNxt <= f.window() || seq == f.rcvNxt {
+		if seq-f.rcvNxt < f.window() || seq == f.rcvNxt {
 			f.reset = true
 			f.state = tcpClosed
 		}
@@ -420,6 +429,10 @@ func (f *tcpFlow) segment(in *tcpIn) {
 			return
 		}
 		f.state = tcpEstablished
+		f.st.mu.Lock()
+		f.st.opening--
+		f.st.mu.Unlock()
+		f.opening = false
 		f.sndUna = ack
 		f.retries, f.rto = 0, tcpRTOMin
 		f.sndWnd = uint32(h.WindowSize()) << f.sndShift
@@ -460,6 +473,12 @@ func (f *tcpFlow) processAck(ack, wnd uint32, bare bool) {
 		if f.dupAcks == 3 {
 			f.retransmit(true) // fast retransmit
 		}
+	}
+	if wnd == 0 && f.sndWnd == 0 {
+		// An answer to a window probe: the sandbox is there, it just
+		// does not read. Probing goes on (backing off) for as long as it
+		// answers, as Linux's does.
+		f.retries = 0
 	}
 	if wnd != f.sndWnd {
 		opened = opened || wnd > f.sndWnd
@@ -505,12 +524,9 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 	skip := 0
 	if seqLT(seq, f.rcvNxt) {
 		old := int(f.rcvNxt - seq)
-		if old > n || (old == n && !fin) || (old == n+1 && fin) {
+		if old > n || (old == n && !fin) {
 			f.sendAck() // entirely old: a retransmission we already have
 			return
-		}
-		if old == n+1 {
-			fin = false
 		}
 		skip = old
 	} else if seq != f.rcvNxt {
@@ -570,12 +586,14 @@ func (f *tcpFlow) toHost(data [][]byte, skip, take int) bool {
 	if len(parts) == 0 {
 		return true
 	}
-	rest := make([]byte, 0, take)
 	for _, p := range parts {
-		rest = append(rest, p...)
+		f.pendLen += len(p)
+		if k := len(f.pend) - 1; k >= 0 && cap(f.pend[k])-len(f.pend[k]) >= len(p) {
+			f.pend[k] = append(f.pend[k], p...)
+			continue
+		}
+		f.pend = append(f.pend, append(make([]byte, 0, max(len(p), tcpPendChunk)), p...))
 	}
-	f.pend = append(f.pend, rest)
-	f.pendLen += len(rest)
 	if !f.writing {
 		if f.writing = f.st.goFlow(f.drain); !f.writing {
 			f.state = tcpClosed // the stack is closing
@@ -627,6 +645,7 @@ func trimFront(parts [][]byte, n int) [][]byte {
 // FIN, and reopens the window it had narrowed.
 func (f *tcpFlow) drain() {
 	defer f.st.wg.Done()
+	handedBack := false // the callback gave pend back (writing false)
 	err := f.raw.Write(func(uintptr) bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -651,6 +670,7 @@ func (f *tcpFlow) drain() {
 		}
 		f.pend = nil
 		f.writing = false
+		handedBack = true
 		if f.state != tcpClosed {
 			f.shutHost()
 			// The window reopens: say so if it had closed below half.
@@ -662,10 +682,14 @@ func (f *tcpFlow) drain() {
 		return true
 	})
 	f.mu.Lock()
-	if err != nil && f.state != tcpClosed {
-		f.hostFailed(err)
+	if !handedBack {
+		// The wait failed (the socket was closed): pend is still ours.
+		// Once handed back, writing may already belong to a new drain.
+		f.pend, f.pendLen, f.writing = nil, 0, false
+		if f.state != tcpClosed {
+			f.hostFailed(err)
+		}
 	}
-	f.writing = false
 	f.unlock()
 }
 
@@ -967,7 +991,7 @@ func (f *tcpFlow) onRTO() {
 		return
 	}
 	f.retries++
-	if f.retries > tcpMaxRetries {
+	if f.retries > tcpMaxRetries || (f.state == tcpSynRcvd && f.retries > tcpSynRetries) {
 		f.st.cfg.Logf("userstack: tcp %s -> %s: the sandbox stopped acknowledging", f.key.src, f.key.dst)
 		f.sendReset()
 		f.reset = true
@@ -1018,6 +1042,9 @@ func (f *tcpFlow) unlock() {
 	st.mu.Lock()
 	if st.tcp[f.key] == f {
 		delete(st.tcp, f.key)
+	}
+	if f.opening {
+		st.opening--
 	}
 	st.mu.Unlock()
 }

@@ -65,6 +65,21 @@ func (c *conn) nextAck(t *testing.T) header.TCP {
 	}
 }
 
+// openWindow opens the sandbox's window (nothing newly acknowledged) and
+// checks the next data segment carries want.
+func (c *conn) openWindow(t *testing.T, want string) {
+	t.Helper()
+	c.h.send(tcpSeg{src: c.src, dst: c.dst, flags: header.TCPFlagAck, seq: c.nxt, ack: c.iss + 1}.bytes())
+	for {
+		if p := readOut(t, c.h.ep).tcpPayload(); len(p) > 0 {
+			if string(p) != want {
+				t.Fatalf("got %q, want %q", p, want)
+			}
+			return
+		}
+	}
+}
+
 func pattern(n int) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -199,16 +214,7 @@ func TestTCPRelayZeroWindow(t *testing.T) {
 	if p := o.tcpPayload(); len(p) != 0 || o.tcp().SequenceNumber() != c.iss {
 		t.Fatalf("got %d bytes at %d with a zero window, want a probe at %d", len(p), o.tcp().SequenceNumber(), c.iss)
 	}
-	c.h.send(tcpSeg{src: c.src, dst: c.dst, flags: header.TCPFlagAck, seq: c.nxt, ack: c.iss + 1}.bytes())
-	for {
-		o := readOut(t, h.ep)
-		if p := o.tcpPayload(); len(p) > 0 {
-			if string(p) != "data" {
-				t.Fatalf("got %q", p)
-			}
-			break
-		}
-	}
+	c.openWindow(t, "data")
 }
 
 // Keepalives and the sandbox's own zero-window probes (a segment just
@@ -327,4 +333,93 @@ func TestTCPRelayDataThenEOFAlreadyQueued(t *testing.T) {
 	if string(got) != "220 bye" {
 		t.Fatalf("sandbox got %q before the FIN", got)
 	}
+}
+
+// flowOf returns the relay's flow for c.
+func (c *conn) flow(t *testing.T) *tcpFlow {
+	t.Helper()
+	c.h.st.mu.Lock()
+	defer c.h.st.mu.Unlock()
+	f := c.h.st.tcp[flowKey{src: c.src, dst: c.dst}]
+	if f == nil {
+		t.Fatal("no flow")
+	}
+	return f
+}
+
+// A sandbox that stops reading but answers every window probe keeps its
+// connection, however long it waits (Linux's persist timer never gives up
+// on a peer that answers either).
+func TestTCPRelayZeroWindowNeverGivesUpOnAnAnsweringPeer(t *testing.T) {
+	h := newHarness(t)
+	c := handshake(t, h, netip.AddrPortFrom(jail4, 43900), netip.MustParseAddrPort("203.0.113.29:80"))
+	h.send(tcpSeg{src: c.src, dst: c.dst, flags: header.TCPFlagAck, seq: c.nxt, ack: c.iss + 1, zeroWnd: true}.bytes())
+	go c.d.peer.Write([]byte("data"))
+	f := c.flow(t)
+	for i := 0; i < 2*tcpMaxRetries; i++ {
+		// The probe timer running out (without waiting for it) ...
+		f.mu.Lock()
+		f.rtoFrom = time.Now().Add(-time.Hour)
+		f.mu.Unlock()
+		f.onRTO()
+		o := readOut(t, h.ep)
+		if fl := o.tcp().Flags(); fl.Contains(header.TCPFlagRst) || len(o.tcpPayload()) != 0 {
+			t.Fatalf("round %d: got %v with %d bytes, want a window probe", i, fl, len(o.tcpPayload()))
+		}
+		// ... and the sandbox answering it, window still closed.
+		h.send(tcpSeg{src: c.src, dst: c.dst, flags: header.TCPFlagAck, seq: c.nxt, ack: c.iss + 1, zeroWnd: true}.bytes())
+	}
+	c.openWindow(t, "data")
+}
+
+// Many small segments waiting for a full host socket share buffers: their
+// count does not multiply the memory they take.
+func TestTCPRelaySmallSegmentsShareBuffers(t *testing.T) {
+	h := newHarness(t)
+	c := handshake(t, h, netip.AddrPortFrom(jail4, 44000), netip.MustParseAddrPort("203.0.113.30:80"))
+	// Fill the host socket (the host does not read), then trickle.
+	big := pattern(4 << 20)
+	for off := 0; off < 1<<20; off += 32 << 10 {
+		c.seg(header.TCPFlagAck, big[off:off+32<<10])
+	}
+	const small = 5000
+	for i := 0; i < small; i++ {
+		c.seg(header.TCPFlagAck, []byte{byte(i)})
+	}
+	f := c.flow(t)
+	f.mu.Lock()
+	entries, pending := len(f.pend), f.pendLen
+	f.mu.Unlock()
+	if pending < small || entries > pending/tcpPendChunk+2 {
+		t.Fatalf("%d bytes pending in %d buffers, want at most %d buffers", pending, entries, pending/tcpPendChunk+2)
+	}
+}
+
+// Connections still opening (dialing, or waiting for the handshake's
+// ACK) are capped: a SYN flood cannot hold more host sockets than that.
+func TestTCPRelayCapsOpeningConnections(t *testing.T) {
+	h := newHarness(t)
+	h.st.cfg.MaxInFlight = 2
+	dst := netip.MustParseAddrPort("203.0.113.31:80")
+	syn := func(port uint16) { h.send(tcpSeg{src: netip.AddrPortFrom(jail4, port), dst: dst, flags: header.TCPFlagSyn, seq: 1000}.bytes()) }
+	syn(44100)
+	d1 := h.dialer.next(t)
+	syn(44101)
+	h.dialer.next(t)
+	for range 2 {
+		readOut(t, h.ep) // the SYN-ACKs
+	}
+	syn(44102)
+	h.dialer.none(t) // over the cap: dropped, the sandbox retries
+	// One handshake completes: room for one more.
+	f := (&conn{h: h, src: netip.AddrPortFrom(jail4, 44100), dst: dst}).flow(t)
+	f.mu.Lock()
+	iss := f.iss
+	f.mu.Unlock()
+	h.send(tcpSeg{src: netip.AddrPortFrom(jail4, 44100), dst: dst, flags: header.TCPFlagAck, seq: 1001, ack: iss + 1}.bytes())
+	syn(44102)
+	if d := h.dialer.next(t); d.address != dst.String() {
+		t.Fatalf("dialed %s", d.address)
+	}
+	d1.peer.Close()
 }
