@@ -143,6 +143,36 @@ type nbResult struct {
 	rssAfter     float64 // MiB, the proxy process, idle after the workload
 	rssPeak      float64 // MiB, the proxy process's VmHWM at the end
 	rssOf        string  // which process rss* measure
+	// The proxy process's CPU time per operation, us: a figure a noisy
+	// machine disturbs far less than latency and rates.
+	cpuRR, cpuUDP, cpuCPS, cpuCPSSrv float64
+}
+
+// procCPU returns the CPU time all threads of pid have used so far
+// (schedstat: nanoseconds, not clock ticks).
+func procCPU(pid int) (time.Duration, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		data, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if err != nil {
+			continue // a thread that just exited
+		}
+		f := strings.Fields(string(data))
+		if len(f) == 0 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s/%s/schedstat: %q", dir, t.Name(), data)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
 }
 
 // procMiB reads a "Name:   N kB" field of /proc/PID/status, in MiB.
@@ -195,11 +225,56 @@ func runPath(b *testing.B, p nbPath, steps []string) nbResult {
 	var lines []string
 	readies := 0
 	peerFailed := false
+	// The proxy's CPU time at the end of each step: the client prints a
+	// line as each step ends and starts the next at once.
+	var cpuPrev time.Duration
+	cpuStep := func(ops string) float64 {
+		pid := proxyPID()
+		if pid == 0 {
+			return 0
+		}
+		now, err := procCPU(pid)
+		if err != nil {
+			b.Fatalf("%s: %v", p.name, err)
+		}
+		d := now - cpuPrev
+		cpuPrev = now
+		n, _ := strconv.Atoi(ops)
+		if n == 0 {
+			return 0
+		}
+		return float64(d.Microseconds()) / float64(n)
+	}
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		line := sc.Text()
 		lines = append(lines, line)
 		f := strings.Fields(line)
+		if readies > 0 {
+			// Every step's line, "idle done" included, ends a step.
+			var ops string
+			switch {
+			case len(f) == 0:
+			case f[0] == "rr":
+				ops = netbenchRR
+			case f[0] == "udprr":
+				ops = netbenchUDPRR
+			case f[0] == "cps":
+				ops = netbenchCPS
+			}
+			cpu := cpuStep(ops)
+			switch {
+			case ops == "":
+			case f[0] == "rr":
+				res.cpuRR = cpu
+			case f[0] == "udprr":
+				res.cpuUDP = cpu
+			case len(f) > 1 && strings.HasSuffix(f[1], ":"+nbGreetC):
+				res.cpuCPSSrv = cpu
+			default:
+				res.cpuCPS = cpu
+			}
+		}
 		num := func(i int) float64 {
 			if i >= len(f) {
 				b.Fatalf("%s: short line %q", p.name, line)
@@ -490,6 +565,8 @@ func BenchmarkJailNetwork(b *testing.B) {
 			rssIdle: m(func(r nbResult) float64 { return r.rssIdle }), anonIdle: m(func(r nbResult) float64 { return r.anonIdle }),
 			rssAfter: m(func(r nbResult) float64 { return r.rssAfter }), rssPeak: m(func(r nbResult) float64 { return r.rssPeak }),
 			rssOf: rs[len(rs)-1].rssOf,
+			cpuRR: m(func(r nbResult) float64 { return r.cpuRR }), cpuUDP: m(func(r nbResult) float64 { return r.cpuUDP }),
+			cpuCPS: m(func(r nbResult) float64 { return r.cpuCPS }), cpuCPSSrv: m(func(r nbResult) float64 { return r.cpuCPSSrv }),
 		}
 	}
 
@@ -507,6 +584,10 @@ func BenchmarkJailNetwork(b *testing.B) {
 			b.ReportMetric(r.rssIdle, p.name+"-idle-RSS-MiB")
 			b.ReportMetric(r.anonIdle, p.name+"-idle-anon-MiB")
 			b.ReportMetric(r.rssPeak, p.name+"-peak-RSS-MiB")
+			b.ReportMetric(r.cpuRR, p.name+"-cpu-us/rr")
+			b.ReportMetric(r.cpuUDP, p.name+"-cpu-us/udprr")
+			b.ReportMetric(r.cpuCPS, p.name+"-cpu-us/conn")
+			b.ReportMetric(r.cpuCPSSrv, p.name+"-cpu-us/srvclose-conn")
 		}
 	}
 	// Ratios against the better of pasta and slirp4netns: above 1 means
@@ -527,6 +608,10 @@ func BenchmarkJailNetwork(b *testing.B) {
 	b.ReportMetric(j.udp/best(func(r nbResult) float64 { return r.udp }, false), "jail/best-udprr")
 	b.ReportMetric(j.cps/best(func(r nbResult) float64 { return r.cps }, true), "jail/best-conn/s")
 	b.ReportMetric(j.cpsSrv/best(func(r nbResult) float64 { return r.cpsSrv }, true), "jail/best-srvclose-conn/s")
+	b.ReportMetric(j.cpuRR/best(func(r nbResult) float64 { return r.cpuRR }, false), "jail/best-cpu/rr")
+	b.ReportMetric(j.cpuUDP/best(func(r nbResult) float64 { return r.cpuUDP }, false), "jail/best-cpu/udprr")
+	b.ReportMetric(j.cpuCPS/best(func(r nbResult) float64 { return r.cpuCPS }, false), "jail/best-cpu/conn")
+	b.ReportMetric(j.cpuCPSSrv/best(func(r nbResult) float64 { return r.cpuCPSSrv }, false), "jail/best-cpu/srvclose-conn")
 	b.ReportMetric(0, "ns/op")
 
 	var tb strings.Builder
@@ -552,9 +637,16 @@ func BenchmarkJailNetwork(b *testing.B) {
 			p.name, na(r.up, "%.2f"), na(r.down, "%.2f"), na(r.rr, "%.1f"), r.rrP50, na(r.udp, "%.1f"), r.udpP50, lost,
 			na(r.cps, "%.0f"), r.cpsFailed, na(r.cpsSrv, "%.0f"), r.cpsSrvFailed, rss)
 	}
+	fmt.Fprintf(&tb, "\n| path | proxy CPU us per TCP RR | per UDP RR | per connection | per connection, server closes |\n|---|---|---|---|---|\n")
+	for _, p := range paths {
+		if r := res[p.name]; r.rssOf != "" {
+			fmt.Fprintf(&tb, "| %s | %.1f | %.1f | %.0f | %.0f |\n", p.name, r.cpuRR, r.cpuUDP, r.cpuCPS, r.cpuCPSSrv)
+		}
+	}
 	fmt.Fprintf(&tb, "\nMTU %s on every sandboxed path; bulk transfers %ss each way; %s TCP and %s UDP round trips; %s connections each way (connect, read a 1-byte greeting, close; the client closes first, or the server does; "+
 		"a connection not up within 1 s fails, and the step stops after 5 failures). "+
-		"RSS: the jail's launcher, pasta, slirp4netns (VmRSS while the client sleeps before and after the workload, with its anonymous part, RssAnon, idle; VmHWM).\n",
+		"RSS: the jail's launcher, pasta, slirp4netns (VmRSS while the client sleeps before and after the workload, with its anonymous part, RssAnon, idle; VmHWM). "+
+		"Proxy CPU: that process's CPU time (all threads, kernel time included: the system calls that move the packets) during a step, over the step's operations.\n",
 		netbenchMTU, netbenchSecs, netbenchRR, netbenchUDPRR, netbenchCPS)
 	b.Log(tb.String())
 }
