@@ -24,7 +24,8 @@ type Options struct {
 	// Policy, when set, replaces the userstack's policy (the routes keep
 	// Setup's). Only tests use it, to prove the routes block alone.
 	Policy *netpolicy.Policy
-	// Dialer opens the host-side sockets; nil means a net.Dialer.
+	// Dialer opens the host-side sockets; nil means a net.Dialer. Its
+	// conns must have descriptors (see userstack.Dialer).
 	Dialer userstack.Dialer
 }
 

@@ -401,7 +401,9 @@ func TestTCPRelayCapsOpeningConnections(t *testing.T) {
 	h := newHarness(t)
 	h.st.cfg.MaxInFlight = 2
 	dst := netip.MustParseAddrPort("203.0.113.31:80")
-	syn := func(port uint16) { h.send(tcpSeg{src: netip.AddrPortFrom(jail4, port), dst: dst, flags: header.TCPFlagSyn, seq: 1000}.bytes()) }
+	syn := func(port uint16) {
+		h.send(tcpSeg{src: netip.AddrPortFrom(jail4, port), dst: dst, flags: header.TCPFlagSyn, seq: 1000}.bytes())
+	}
 	syn(44100)
 	d1 := h.dialer.next(t)
 	syn(44101)
