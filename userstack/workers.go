@@ -1,6 +1,7 @@
 package userstack
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,36 +10,47 @@ import (
 // workerIdle is how long a worker waits for more work before it exits.
 const workerIdle = 5 * time.Second
 
-// workers runs functions on reused goroutines. Every flow needs a few
-// goroutines (the dial and handshake, then a copy loop each way), and their
-// call chains through gVisor are deep: a fresh goroutine starts with a
-// small stack and copies it as it grows, which measured 7% of the CPU under
-// connection churn. A worker keeps the stack it grew for the next flow.
+// workers runs functions on reused goroutines. Every flow needs a
+// goroutine or two (the dial, a reader, a drain), some with deep call
+// chains: a fresh goroutine starts with a small stack and copies it as it
+// grows, which measured 7% of the CPU under connection churn. A worker
+// keeps the stack it grew for the next flow.
+//
+// An idle worker is on the idle list, and a function is handed to one
+// only by taking it off the list (under mu) and putting the function in
+// its channel, which has room for one: a worker that is listed always
+// gets the next function, and one that leaves takes itself off first.
 type workers struct {
-	work    chan func()
+	mu      sync.Mutex
+	idle    []*worker
 	done    <-chan struct{} // closed when the stack closes: idle workers exit
 	wg      *sync.WaitGroup // counts the workers themselves
-	idle    atomic.Int32
-	started atomic.Int32 // goroutines ever started
+	started atomic.Int32    // goroutines ever started
 }
 
+type worker struct{ work chan func() }
+
 func newWorkers(done <-chan struct{}, wg *sync.WaitGroup) *workers {
-	return &workers{work: make(chan func()), done: done, wg: wg}
+	return &workers{done: done, wg: wg}
 }
 
 // Go runs f on an idle worker, or on a new one when none is idle.
 func (w *workers) Go(f func()) {
-	select {
-	case w.work <- f:
+	w.mu.Lock()
+	if n := len(w.idle); n > 0 {
+		wk := w.idle[n-1]
+		w.idle = w.idle[:n-1]
+		w.mu.Unlock()
+		wk.work <- f // room for one: never blocks
 		return
-	default:
 	}
+	w.mu.Unlock()
 	w.wg.Add(1)
 	w.started.Add(1)
-	go w.loop(f)
+	go w.loop(&worker{work: make(chan func(), 1)}, f)
 }
 
-func (w *workers) loop(f func()) {
+func (w *workers) loop(wk *worker, f func()) {
 	defer w.wg.Done()
 	t := time.NewTimer(workerIdle)
 	defer t.Stop()
@@ -46,19 +58,29 @@ func (w *workers) loop(f func()) {
 		f()
 		f = nil
 		t.Reset(workerIdle)
-		w.idle.Add(1)
+		w.mu.Lock()
+		w.idle = append(w.idle, wk)
+		w.mu.Unlock()
 		select {
-		case f = <-w.work:
-			w.idle.Add(-1)
+		case f = <-wk.work:
+			continue
 		case <-t.C:
-			w.idle.Add(-1)
-			return
 		case <-w.done:
-			w.idle.Add(-1)
+		}
+		w.mu.Lock()
+		if i := slices.Index(w.idle, wk); i >= 0 {
+			w.idle = slices.Delete(w.idle, i, i+1)
+			w.mu.Unlock()
 			return
 		}
+		w.mu.Unlock()
+		f = <-wk.work // taken off the list by Go: its function is coming
 	}
 }
 
 // Idle reports how many workers wait for work.
-func (w *workers) Idle() int { return int(w.idle.Load()) }
+func (w *workers) Idle() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.idle)
+}
