@@ -126,6 +126,14 @@ func BenchmarkLaunchJail(b *testing.B) {
 		if err := json.NewDecoder(info).Decode(&child); err != nil || child.PID == 0 {
 			return fail(fmt.Errorf("bwrap's info: %v", err))
 		}
+		// bwrap's child brings its loopback up before it blocks, but
+		// the parent reports the child's pid before that is done; and
+		// slirp4netns --configure brings lo up too. Racing, bwrap then
+		// fails to add lo's address ("loopback: Failed RTM_NEWADDR").
+		// Wait for lo's local route, which appears once bwrap is done.
+		if err := waitLoopback(child.PID); err != nil {
+			return fail(err)
+		}
 		ready, readyW, err := os.Pipe()
 		if err != nil {
 			return fail(err)
@@ -187,4 +195,22 @@ func BenchmarkLaunchJail(b *testing.B) {
 	b.ReportMetric(ms(sumTheirs), "bwrap+slirp4netns-ms")
 	b.ReportMetric(float64(sumOurs)/float64(sumTheirs), "ratio")
 	b.ReportMetric(0, "ns/op")
+}
+
+// waitLoopback waits (boundedly) until the network namespace of pid has
+// its loopback up: 127.0.0.1 is in its local routing table.
+func waitLoopback(pid int) error {
+	path := fmt.Sprintf("/proc/%d/net/fib_trie", pid)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Microsecond) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(data), "127.0.0.1") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the loopback of pid %d did not come up", pid)
+		}
+	}
 }
