@@ -188,12 +188,8 @@ func vnetHeader(pkt *stack.PacketBuffer, hdr []byte) {
 // from the packet's own views (no copy into one buffer).
 func (t *TUN) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	n := 0
-	var hdr [vnetHdrMax]byte
 	for _, pkt := range pkts.AsSlice() {
-		if t.vnet > 0 {
-			vnetHeader(pkt, hdr[:t.vnet])
-		}
-		if err := t.writePacket(hdr[:t.vnet], pkt); err != nil {
+		if err := t.writePacket(pkt); err != nil {
 			if n == 0 {
 				return 0, &tcpip.ErrClosedForSend{}
 			}
@@ -204,11 +200,16 @@ func (t *TUN) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	return n, nil
 }
 
-// writePacket writes prefix (the virtio-net header, if any) and the packet
-// as one datagram, straight from the packet's views.
-func (t *TUN) writePacket(prefix []byte, pkt *stack.PacketBuffer) error {
-	var small [8]unix.Iovec
-	iov := appendIovec(small[:0], prefix)
+// writePacket writes the virtio-net header (if any) and the packet as one
+// datagram, straight from the packet's views.
+func (t *TUN) writePacket(pkt *stack.PacketBuffer) error {
+	w := writers.Get().(*tunWrite)
+	defer writers.Put(w)
+	iov := w.iov[:0]
+	if t.vnet > 0 {
+		vnetHeader(pkt, w.vnet[:t.vnet])
+		iov = appendIovec(iov, w.vnet[:t.vnet])
+	}
 	views, skip := pkt.AsViewList()
 	for v := views.Front(); v != nil; v = v.Next() {
 		b := v.AsSlice()
@@ -219,7 +220,7 @@ func (t *TUN) writePacket(prefix []byte, pkt *stack.PacketBuffer) error {
 		iov = appendIovec(iov, b[skip:])
 		skip = 0
 	}
-	return t.writev(iov)
+	return t.writev(w, iov)
 }
 
 // writeFramed writes a packet the stack framed itself: hdr (the IP header
@@ -227,11 +228,12 @@ func (t *TUN) writePacket(prefix []byte, pkt *stack.PacketBuffer) error {
 // partial (TCP only), the TCP checksum field holds the pseudo-header sum
 // and the kernel completes it (a virtio-net NEEDS_CSUM header).
 func (t *TUN) writeFramed(hdr []byte, l4At int, payload []byte, partial bool) error {
-	var vh [vnetHdrMax]byte
-	var small [3]unix.Iovec
-	iov := small[:0]
+	w := writers.Get().(*tunWrite)
+	defer writers.Put(w)
+	iov := w.iov[:0]
 	if t.vnet > 0 {
-		v := vh[:t.vnet]
+		v := w.vnet[:t.vnet]
+		clear(v)
 		if partial {
 			put16 := func(off, x int) { v[off], v[off+1] = byte(x), byte(x>>8) }
 			v[0] = vnetNeedsCsum
@@ -243,7 +245,7 @@ func (t *TUN) writeFramed(hdr []byte, l4At int, payload []byte, partial bool) er
 	}
 	iov = appendIovec(iov, hdr)
 	iov = appendIovec(iov, payload)
-	return t.writev(iov)
+	return t.writev(w, iov)
 }
 
 func appendIovec(iov []unix.Iovec, b []byte) []unix.Iovec {
@@ -255,24 +257,45 @@ func appendIovec(iov []unix.Iovec, b []byte) []unix.Iovec {
 	return append(iov, v)
 }
 
-// writev writes iov as one datagram; a full queue waits in the netpoller.
-func (t *TUN) writev(iov []unix.Iovec) error {
+// tunWrite is one write's memory (its iovecs, a virtio-net header, the
+// RawConn callback bound once), pooled: built on the stack, they escaped
+// to the heap, a few hundred bytes per packet.
+type tunWrite struct {
+	iov  [8]unix.Iovec
+	vnet [vnetHdrMax]byte
+	cur  []unix.Iovec
+	err  error
+	fn   func(uintptr) bool
+}
+
+var writers = sync.Pool{New: func() any {
+	w := &tunWrite{}
+	w.fn = w.write
+	return w
+}}
+
+func (w *tunWrite) write(fd uintptr) bool {
+	_, w.err = rawWriteIovec(int(fd), w.cur)
+	return w.err != unix.EAGAIN
+}
+
+// writev writes iov (in w's memory) as one datagram; a full queue waits
+// in the netpoller.
+func (t *TUN) writev(w *tunWrite, iov []unix.Iovec) error {
 	if t.rc == nil {
 		return os.ErrClosed
 	}
 	if len(iov) == 0 {
 		return nil
 	}
-	var werr error
-	err := t.rc.Write(func(fd uintptr) bool {
-		werr = nil
-		_, werr = rawWriteIovec(int(fd), iov)
-		return werr != unix.EAGAIN
-	})
+	w.cur, w.err = iov, nil
+	err := t.rc.Write(w.fn)
+	clear(iov) // hold on to no packet
+	w.cur = nil
 	if err != nil {
 		return err
 	}
-	return werr
+	return w.err
 }
 
 // Inbound packets are read with readv into a small header buffer and a
@@ -311,20 +334,23 @@ func (t *TUN) read() {
 	}
 	var in tcpIn
 	var inData [2][]byte
+	// One closure for every read (not one allocated per packet).
+	var iov [3][]byte
+	var n int
+	var rerr error
+	readv := func(fd uintptr) bool {
+		n, rerr = rawReadv(int(fd), iov[:])
+		return rerr != unix.EAGAIN
+	}
 	for {
 		if body == nil {
 			body = buffer.NewViewSize(rxBodyCap)
 		}
-		iov := [3][]byte{vnet[:t.vnet], head[:], body.AsSlice()}
+		iov = [3][]byte{vnet[:t.vnet], head[:], body.AsSlice()}
 		if t.vnet == 0 {
 			iov[0] = nil
 		}
-		var n int
-		var rerr error
-		err := t.rc.Read(func(fd uintptr) bool {
-			n, rerr = rawReadv(int(fd), iov[:])
-			return rerr != unix.EAGAIN
-		})
+		err := t.rc.Read(readv)
 		if err == nil {
 			err = rerr
 		}
