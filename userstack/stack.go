@@ -314,7 +314,7 @@ func (st *Stack) writeIP(pkt []byte, v6 bool, proto tcpip.TransportProtocolNumbe
 	if err := encodeIP(pkt, v6, proto, len(pkt)-ipLen, src, dst); err != nil {
 		return err
 	}
-	return st.emit(pkt, v6, ipLen, nil, false)
+	return st.emit(nil, pkt, v6, ipLen, nil, false)
 }
 
 // emit writes a packet the stack framed: hdr (the IP header, and the
@@ -322,9 +322,11 @@ func (st *Stack) writeIP(pkt []byte, v6 bool, proto tcpip.TransportProtocolNumbe
 // with no copy and no trip through gVisor; partial asks the kernel to
 // complete a TCP checksum (see TUN.writeFramed). Other links (tests) get
 // a copy through gVisor, and never a partial checksum.
-func (st *Stack) emit(hdr []byte, v6 bool, l4At int, payload []byte, partial bool) error {
+//
+// w, if not nil, is the pooled write state hdr may live in.
+func (st *Stack) emit(w *tunWrite, hdr []byte, v6 bool, l4At int, payload []byte, partial bool) error {
 	if tun, ok := st.ep.(*TUN); ok {
-		return tun.writeFramed(hdr, l4At, payload, partial)
+		return tun.writeFramed(w, hdr, l4At, payload, partial)
 	}
 	proto := header.IPv4ProtocolNumber
 	if v6 {

@@ -27,7 +27,9 @@ const synOptionsLen = 8
 // the TUN offloads checksums the kernel completes the TCP checksum (the
 // header carries the pseudo-header sum).
 func (st *Stack) writeTCP(s *tcpSegment, payload []byte) error {
-	var buf [header.IPv6MinimumSize + header.TCPMinimumSize + synOptionsLen]byte
+	w := writers.Get().(*tunWrite)
+	defer writers.Put(w)
+	buf := &w.hdr
 	ipLen := ipHeaderLen(s.v6)
 	tcpLen := header.TCPMinimumSize
 	if s.mss != 0 {
@@ -57,9 +59,9 @@ func (st *Stack) writeTCP(s *tcpSegment, payload []byte) error {
 	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, s.src, s.dst, uint16(l4Len))
 	if tun, ok := st.ep.(*TUN); ok && tun.vnet > 0 {
 		t.SetChecksum(xsum)
-		return st.emit(hdr, s.v6, ipLen, payload, true)
+		return st.emit(w, hdr, s.v6, ipLen, payload, true)
 	}
 	xsum = checksum.Checksum(payload, checksum.Checksum(t, xsum))
 	t.SetChecksum(^xsum)
-	return st.emit(hdr, s.v6, ipLen, payload, false)
+	return st.emit(w, hdr, s.v6, ipLen, payload, false)
 }

@@ -227,9 +227,13 @@ func (t *TUN) writePacket(pkt *stack.PacketBuffer) error {
 // and the transport header at l4At) and payload, in one writev. With
 // partial (TCP only), the TCP checksum field holds the pseudo-header sum
 // and the kernel completes it (a virtio-net NEEDS_CSUM header).
-func (t *TUN) writeFramed(hdr []byte, l4At int, payload []byte, partial bool) error {
-	w := writers.Get().(*tunWrite)
-	defer writers.Put(w)
+//
+// w, if not nil, is the caller's pooled write state (hdr may live in it).
+func (t *TUN) writeFramed(w *tunWrite, hdr []byte, l4At int, payload []byte, partial bool) error {
+	if w == nil {
+		w = writers.Get().(*tunWrite)
+		defer writers.Put(w)
+	}
 	iov := w.iov[:0]
 	if t.vnet > 0 {
 		v := w.vnet[:t.vnet]
@@ -263,6 +267,7 @@ func appendIovec(iov []unix.Iovec, b []byte) []unix.Iovec {
 type tunWrite struct {
 	iov  [8]unix.Iovec
 	vnet [vnetHdrMax]byte
+	hdr  [header.IPv6MinimumSize + header.TCPMinimumSize + synOptionsLen]byte // a segment's headers (writeTCP)
 	cur  []unix.Iovec
 	err  error
 	fn   func(uintptr) bool
