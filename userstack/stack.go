@@ -146,8 +146,8 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
-		// The sandbox never talks to the stack's own sockets except through
-		// the forwarders; no local delivery shortcut.
+		// The stack has no sockets of its own: everything goes to the
+		// transport handlers; no local delivery shortcut.
 		HandleLocal: false,
 	})
 	st := &Stack{
@@ -179,7 +179,7 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	// Promiscuous: accept packets for any destination (the sandbox talks to
 	// the whole internet through this one link). Spoofing: send replies
 	// from those destinations' addresses. Both are what make the
-	// forwarders see every flow; local addresses are restricted in the
+	// handlers see every flow; local addresses are restricted in the
 	// handlers, not here.
 	if err := tcpipErr("promiscuous mode", s.SetPromiscuousMode(nicID, true)); err != nil {
 		s.Close()
