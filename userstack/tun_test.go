@@ -342,3 +342,45 @@ func TestFastUDPParses(t *testing.T) {
 		t.Error("fast path took a datagram whose UDP length disagrees with the IP length")
 	}
 }
+
+// The fast path parses what the sandbox sends: no packet, however
+// malformed or truncated, may make it panic or hand on more bytes than
+// the packet holds. (go test -fuzz FuzzFastPath ./userstack/)
+func FuzzFastPath(f *testing.F) {
+	_, tcp4 := tcpSeg{src: netip.MustParseAddrPort("10.255.255.2:40000"), dst: netip.MustParseAddrPort("203.0.113.1:443"), flags: header.TCPFlagAck, seq: 1, payload: pattern(300)}.bytes()
+	_, tcp6 := tcpSeg{src: netip.MustParseAddrPort("[fd7a:5a4e::2]:40000"), dst: netip.MustParseAddrPort("[2001:db8::1]:443"), flags: header.TCPFlagSyn, seq: 1}.bytes()
+	_, udp4 := udpBytes(netip.MustParseAddrPort("10.255.255.2:1"), netip.MustParseAddrPort("203.0.113.1:53"), pattern(200))
+	for _, p := range [][]byte{tcp4, tcp6, udp4, {0x45}, {0x60, 0, 0, 0, 0xff, 0xff, 6, 64}} {
+		f.Add(p, uint16(len(p)))
+	}
+	f.Fuzz(func(t *testing.T, pkt []byte, read uint16) {
+		n := min(int(read), len(pkt))
+		if n == 0 {
+			return
+		}
+		head := pkt[:min(n, rxHeadLen)]
+		body := make([]byte, rxBodyCap)
+		if n > rxHeadLen {
+			copy(body, pkt[rxHeadLen:n])
+		}
+		var in tcpIn
+		if fastTCP(&in, head, body, n) {
+			got := 0
+			for _, d := range in.data {
+				got += len(d)
+			}
+			if got != in.n || in.n > n || len(in.h) < header.TCPMinimumSize {
+				t.Fatalf("tcp: %d payload bytes in slices, n %d, header %d, packet %d", got, in.n, len(in.h), n)
+			}
+		}
+		if _, data, ok := fastUDP(nil, head, body, n); ok {
+			got := 0
+			for _, d := range data {
+				got += len(d)
+			}
+			if got > n {
+				t.Fatalf("udp: %d payload bytes from a %d-byte packet", got, n)
+			}
+		}
+	})
+}
