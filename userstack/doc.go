@@ -37,9 +37,9 @@
 // What it does not: it does not open or configure the TUN device (the
 // caller supplies a stack.LinkEndpoint: [TUN] in production,
 // channel.Endpoint in tests), does not install kernel routes (package
-// routes), does not resolve names, and does not filter by host name. IP
-// options and other transport protocols are left to gVisor's defaults
-// (unforwarded).
+// routes), does not resolve names, and does not filter by host name. IPv4
+// options are ignored; other transport protocols are left to gVisor's
+// defaults (unforwarded).
 //
 // When not to use it: never attach it to a link that carries traffic from
 // anything but the sandbox; it terminates flows for every address. It is

@@ -89,15 +89,7 @@ func (st *Stack) echo(req echoRequest) (consumed bool) {
 	default:
 		return true // too many in flight: drop, as a congested router would
 	}
-	st.mu.Lock()
-	if st.closed {
-		st.mu.Unlock()
-		<-st.pings
-		return true
-	}
-	st.wg.Add(1)
-	st.mu.Unlock()
-	go func() {
+	if !st.goFlow(func() {
 		defer st.wg.Done()
 		defer func() { <-st.pings }()
 		ctx, cancel := context.WithTimeout(st.ctx, pingTimeout)
@@ -107,7 +99,9 @@ func (st *Stack) echo(req echoRequest) (consumed bool) {
 			return
 		}
 		st.writeEchoReply(req)
-	}()
+	}) {
+		<-st.pings // closing
+	}
 	return true
 }
 

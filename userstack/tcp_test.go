@@ -425,3 +425,55 @@ func TestTCPRelayCapsOpeningConnections(t *testing.T) {
 	}
 	d1.peer.Close()
 }
+
+// A SYN on a live flow (a spoofed or confused sandbox) gets a challenge
+// ACK and changes nothing: the flow keeps relaying.
+func TestTCPRelaySYNOnLiveFlowGetsChallengeAck(t *testing.T) {
+	h := newHarness(t)
+	c := handshake(t, h, netip.AddrPortFrom(jail4, 44200), netip.MustParseAddrPort("203.0.113.32:80"))
+	h.send(tcpSeg{src: c.src, dst: c.dst, flags: header.TCPFlagSyn, seq: 777}.bytes())
+	a := readOut(t, h.ep).tcp()
+	if a.Flags() != header.TCPFlagAck || a.AckNumber() != c.nxt {
+		t.Fatalf("got %v ack %d, want a bare ACK of %d", a.Flags(), a.AckNumber(), c.nxt)
+	}
+	h.dialer.none(t)
+	c.seg(header.TCPFlagAck, []byte("still"))
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(c.d.peer, got); err != nil || string(got) != "still" {
+		t.Fatalf("host got %q, %v", got, err)
+	}
+}
+
+// A sandbox that never completes its handshake gets SYN-ACKs a bounded
+// number of times; then the flow is reset and its host socket closed.
+func TestTCPRelayGivesUpOnAHalfOpenHandshake(t *testing.T) {
+	h := newHarness(t)
+	src, dst := netip.AddrPortFrom(jail4, 44300), netip.MustParseAddrPort("203.0.113.33:80")
+	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagSyn, seq: 1000}.bytes())
+	d := h.dialer.next(t)
+	readOut(t, h.ep) // the SYN-ACK
+	f := (&conn{h: h, src: src, dst: dst}).flow(t)
+	for i := 0; ; i++ {
+		if i > tcpSynRetries+1 {
+			t.Fatalf("still retrying after %d timeouts", i)
+		}
+		f.mu.Lock()
+		f.rtoFrom = time.Now().Add(-time.Hour)
+		f.mu.Unlock()
+		f.onRTO()
+		if fl := readOut(t, h.ep).tcp().Flags(); fl.Contains(header.TCPFlagRst) {
+			break
+		} else if fl != header.TCPFlagSyn|header.TCPFlagAck {
+			t.Fatalf("timeout %d sent %v, want a SYN-ACK again", i, fl)
+		}
+	}
+	d.peer.SetReadDeadline(time.Now().Add(20 * time.Second)) // failsafe
+	if _, err := d.peer.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("host socket after giving up: %v, want closed", err)
+	}
+	d.peer.Close()
+	h.settle(t)
+	if n := tcpFlows(h.st); n != 0 {
+		t.Fatalf("%d flows left", n)
+	}
+}

@@ -1,6 +1,7 @@
 package userstack
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"os"
 	"sync"
@@ -23,11 +24,11 @@ import (
 // is most of a request/response round trip on this path.
 //
 // With a virtio-net header (a TUN opened with IFF_VNET_HDR and offloads
-// on), the endpoint declares host GSO: gVisor then leaves TCP checksums to
-// the kernel (it writes only the pseudo-header sum and a NEEDS_CSUM header)
-// and may hand over segments larger than the MTU, which the kernel passes
-// through whole or splits itself. On the way in, the kernel's partially
-// checksummed and TSO super-packets are taken as they are.
+// on), the TCP relay's segments leave their checksum to the kernel (the
+// header carries the pseudo-header sum and a NEEDS_CSUM flag); what gVisor
+// writes (ICMP) goes with an empty virtio-net header. On the way in, the
+// kernel's partially checksummed and TSO super-packets are taken as they
+// are.
 type TUN struct {
 	f       *os.File // non-blocking, so that Read parks in the netpoller
 	rc      syscall.RawConn
@@ -135,54 +136,9 @@ func (t *TUN) Close() {
 	}
 }
 
-// GSOMaxSize implements stack.GSOEndpoint.
-func (t *TUN) GSOMaxSize() uint32 {
-	if t.vnet == 0 {
-		return 0
-	}
-	return 1<<16 - 1
-}
-
-// SupportedGSO implements stack.GSOEndpoint.
-func (t *TUN) SupportedGSO() stack.SupportedGSO {
-	if t.vnet == 0 {
-		return stack.GSONotSupported
-	}
-	return stack.HostGSOSupported
-}
-
-// Virtio-net header fields (linux/virtio_net.h).
-const (
-	vnetNeedsCsum = 1
-	vnetGSOTCPv4  = 1
-	vnetGSOTCPv6  = 4
-)
-
-// vnetHeader lays out the virtio-net header for pkt, little-endian: the
-// checksum the kernel must complete, and the segmentation it must do.
-func vnetHeader(pkt *stack.PacketBuffer, hdr []byte) {
-	clear(hdr)
-	g := pkt.GSOOptions
-	if g.Type == stack.GSONone {
-		return
-	}
-	put16 := func(off int, v uint16) { hdr[off], hdr[off+1] = byte(v), byte(v>>8) }
-	put16(2, uint16(pkt.HeaderSize()))
-	if g.NeedsCsum {
-		hdr[0] = vnetNeedsCsum
-		put16(6, g.L3HdrLen)
-		put16(8, g.CsumOffset)
-	}
-	if pkt.Data().Size() > int(g.MSS) {
-		switch g.Type {
-		case stack.GSOTCPv4:
-			hdr[1] = vnetGSOTCPv4
-		case stack.GSOTCPv6:
-			hdr[1] = vnetGSOTCPv6
-		}
-		put16(4, g.MSS)
-	}
-}
+// vnetNeedsCsum is the virtio-net header flag asking the kernel to
+// complete a checksum (linux/virtio_net.h).
+const vnetNeedsCsum = 1
 
 // WritePackets implements stack.LinkWriter: one writev a packet, straight
 // from the packet's own views (no copy into one buffer).
@@ -207,7 +163,7 @@ func (t *TUN) writePacket(pkt *stack.PacketBuffer) error {
 	defer writers.Put(w)
 	iov := w.iov[:0]
 	if t.vnet > 0 {
-		vnetHeader(pkt, w.vnet[:t.vnet])
+		clear(w.vnet[:t.vnet]) // nothing for the kernel to do
 		iov = appendIovec(iov, w.vnet[:t.vnet])
 	}
 	views, skip := pkt.AsViewList()
@@ -238,12 +194,11 @@ func (t *TUN) writeFramed(w *tunWrite, hdr []byte, l4At int, payload []byte, par
 	if t.vnet > 0 {
 		v := w.vnet[:t.vnet]
 		clear(v)
-		if partial {
-			put16 := func(off, x int) { v[off], v[off+1] = byte(x), byte(x>>8) }
+		if partial { // little-endian fields of struct virtio_net_hdr
 			v[0] = vnetNeedsCsum
-			put16(2, len(hdr))
-			put16(6, l4At)
-			put16(8, header.TCPChecksumOffset)
+			binary.LittleEndian.PutUint16(v[2:], uint16(len(hdr)))
+			binary.LittleEndian.PutUint16(v[6:], uint16(l4At))
+			binary.LittleEndian.PutUint16(v[8:], header.TCPChecksumOffset)
 		}
 		iov = appendIovec(iov, v)
 	}
@@ -453,13 +408,7 @@ func fastIP(head []byte, n int) (v6 bool, proto uint8, ipLen, total int, src, ds
 // appendPayload appends the slices holding bytes [from, total) of a packet
 // read into head and body.
 func appendPayload(dst [][]byte, head, body []byte, from, total int) [][]byte {
-	if p := head[min(from, len(head)):min(total, len(head))]; len(p) > 0 {
-		dst = append(dst, p)
-	}
-	if rest := total - max(from, len(head)); rest > 0 {
-		dst = append(dst, body[max(from-len(head), 0):total-len(head)])
-	}
-	return dst
+	return cutSlices(dst, [][]byte{head, body}, from, total-from)
 }
 
 // fastTCP parses an ordinary TCP segment into in, and reports whether it

@@ -384,3 +384,38 @@ func FuzzFastPath(f *testing.F) {
 		}
 	})
 }
+
+// Through the TUN, what the policy blocks is refused: a SYN to a private
+// address (taken by the fast path) gets a RST, a datagram of a new flow
+// (left to gVisor's path) an ICMP unreachable; nothing is dialed, and both
+// are recorded.
+func TestTUNFastPathBlocks(t *testing.T) {
+	tun, peer := newTUNPair(t, 10)
+	dialer := newFakeDialer()
+	var bl blocks
+	st, err := New(tun, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), Dialer: dialer, NoJanitor: true, OnBlock: bl.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	src, dst := netip.AddrPortFrom(jail4, 40300), netip.MustParseAddrPort("10.1.2.3:22")
+	_, syn := tcpSeg{src: src, dst: dst, flags: header.TCPFlagSyn, seq: 1000}.bytes()
+	peer.send(t, syn)
+	if r := peer.recvTCP(t, false); !r.Flags().Contains(header.TCPFlagRst) || r.AckNumber() != 1001 {
+		t.Fatalf("got %v ack %d, want a RST acking 1001", r.Flags(), r.AckNumber())
+	}
+	_, dgram := udpBytes(src, netip.MustParseAddrPort("10.1.2.3:5064"), []byte("search"))
+	peer.send(t, dgram)
+	buf := make([]byte, 2048)
+	n, err := unix.Read(peer.fd, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := parseOut(t, buf[peer.vnet:n]); o.proto != header.ICMPv4ProtocolNumber || header.ICMPv4(o.transport).Type() != header.ICMPv4DstUnreachable {
+		t.Fatalf("got protocol %d, want ICMP destination unreachable", o.proto)
+	}
+	dialer.none(t)
+	if got := bl.list(); len(got) != 2 {
+		t.Fatalf("blocks %+v, want the TCP and the UDP attempt", got)
+	}
+}

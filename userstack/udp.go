@@ -42,16 +42,8 @@ func (f *udpFlow) close() {
 	f.once.Do(func() { f.out.Close() })
 }
 
-// send writes one datagram to the host side without waiting: a full
-// socket buffer drops it, as a congested network would.
-func (f *udpFlow) send(b []byte) {
-	_ = f.raw.Write(func(fd uintptr) bool {
-		_, _ = rawWritev(int(fd), [][]byte{b})
-		return true
-	})
-}
-
-// sendv is send for a datagram in parts.
+// sendv writes one datagram, in parts, to the host side without waiting:
+// a full socket buffer drops it, as a congested network would.
 func (f *udpFlow) sendv(parts [][]byte) {
 	_ = f.raw.Write(func(fd uintptr) bool {
 		_, _ = rawWritev(int(fd), parts)
@@ -59,9 +51,9 @@ func (f *udpFlow) sendv(parts [][]byte) {
 	})
 }
 
-// udpInput takes a datagram from the TUN's fast path: for a known flow it
-// is sent on at once; a new flow's first datagram is left to gVisor's
-// path (handleUDP), which decides the flow.
+// udpInput sends a datagram of a known flow on at once and reports true;
+// for an unknown flow it reports false (the TUN's fast path then leaves
+// the datagram to gVisor's path, handleUDP, which decides the flow).
 func (st *Stack) udpInput(key flowKey, data [][]byte) bool {
 	st.mu.Lock()
 	f := st.flows[key]
@@ -82,23 +74,25 @@ func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer
 	src := netip.AddrPortFrom(toAddr(id.RemoteAddress), id.RemotePort)
 	key := flowKey{src: src, dst: dst}
 	st.mu.Lock()
-	f := st.flows[key]
 	closed := st.closed
 	st.mu.Unlock()
 	if closed {
 		return true // drop: closing
 	}
+	var small [4][]byte
+	data := payloadSlices(small[:0], pkt, pkt.Data().Size())
+	if st.udpInput(key, data) {
+		return true
+	}
+	f, ok := st.newUDPFlow(key)
+	if !ok {
+		return false
+	}
 	if f == nil {
-		var ok bool
-		if f, ok = st.newUDPFlow(key); !ok {
-			return false
-		}
-		if f == nil {
-			return true // the dial failed after the policy allowed it: dropped
-		}
+		return true // the dial failed after the policy allowed it: dropped
 	}
 	f.touch(st.cfg.Now())
-	f.send(pkt.Data().AsRange().ToSlice())
+	f.sendv(data)
 	return true
 }
 

@@ -170,10 +170,10 @@ func launch(verb string, opts plan.Options, logBlocked string, dryRun bool, stdo
 		}
 		nopts.Jail = jail.New(setup, jo)
 		// The launcher now carries the sandbox's traffic. One P serves it
-		// best: with more, every hand-off between the TUN reader, gVisor's
-		// TCP processor and the copy loops wakes a second thread, and on
-		// the 2-core machines measured that cost 10-20% of round-trip
-		// latency and half the connection rate (README, egress jail).
+		// best: with more, hand-offs between the TUN reader and the
+		// relay's goroutines wake a second thread, and on the 2-core
+		// machines measured that cost round-trip latency, download rate
+		// and up to half the connection rate (README, egress jail).
 		// GOMAXPROCS in the environment still decides.
 		if os.Getenv("GOMAXPROCS") == "" {
 			runtime.GOMAXPROCS(1)
