@@ -3,7 +3,6 @@ package jail
 import (
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"sync"
 	"time"
@@ -24,7 +23,7 @@ type Options struct {
 	// Policy, when set, replaces the userstack's policy (the routes keep
 	// Setup's). Only tests use it, to prove the routes block alone.
 	Policy *netpolicy.Policy
-	// Dialer opens the host-side sockets; nil means a net.Dialer. Its
+	// Dialer opens the host-side sockets; nil: the userstack's own. Its
 	// conns must have descriptors (see userstack.Dialer).
 	Dialer userstack.Dialer
 }
@@ -96,13 +95,9 @@ func (j *Jail) Attach(devs []*os.File) error {
 	if j.opts.Policy != nil {
 		pol = j.opts.Policy
 	}
-	dialer := j.opts.Dialer
-	if dialer == nil {
-		dialer = &net.Dialer{Timeout: userstack.DefaultDialTimeout}
-	}
 	st, err := userstack.New(ep, userstack.Config{
 		Policy:     pol,
-		Dialer:     dialer,
+		Dialer:     j.opts.Dialer,
 		Gateways:   []netipAddr{j.setup.Gateway},
 		VirtualDNS: []netipAddr{j.setup.Gateway},
 		Upstreams:  j.setup.Upstreams,

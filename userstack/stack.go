@@ -22,12 +22,14 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
-// Dialer opens host-side connections. network is "tcp" or "udp"; address
+// Dialer opens host-side connections, for an embedder that needs its own
+// (a socket option, a different namespace); without one the stack opens
+// its sockets itself, which is faster. network is "tcp" or "udp"; address
 // is "host:port" with a literal IP. For "udp" it must return promptly (a
 // connected UDP socket needs no handshake): it is called from the packet
 // path. Every conn must implement syscall.Conn (*net.TCPConn and
-// *net.UDPConn do): the relay reads and writes its descriptor directly,
-// without waiting. A *net.Dialer with a Timeout is the production Dialer.
+// *net.UDPConn do): the stack takes its descriptor over (a duplicate; the
+// conn itself is closed at once) and reads and writes it on its event loop.
 type Dialer interface {
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 }
@@ -48,7 +50,8 @@ const (
 type Config struct {
 	// Policy decides every new flow (required).
 	Policy *netpolicy.Policy
-	// Dialer opens the host-side sockets (required).
+	// Dialer opens the host-side sockets; nil: the stack's own
+	// non-blocking sockets (connected from the event loop).
 	Dialer Dialer
 	// Gateways are addresses the stack answers as (ICMP echo; port 53 is
 	// relayed like VirtualDNS). Everything else sent to them is refused.
@@ -103,6 +106,8 @@ type Stack struct {
 	wg      sync.WaitGroup
 	pings   chan struct{} // a slot per proxied echo in flight
 	work    *workers
+	poll    *poller // the event loop: the TUN and every host socket
+	udpBuf  []byte  // the loop's buffer for UDP replies
 }
 
 // New builds the stack on ep and starts forwarding. The caller keeps
@@ -110,9 +115,6 @@ type Stack struct {
 func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	if cfg.Policy == nil {
 		return nil, errors.New("userstack: no policy")
-	}
-	if cfg.Dialer == nil {
-		return nil, errors.New("userstack: no dialer")
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
@@ -161,6 +163,12 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	}
 	st.ctx, st.cancel = context.WithCancel(context.Background())
 	st.work = newWorkers(st.ctx.Done(), &st.wg)
+	poll, err := newPoller()
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("userstack: event loop: %w", err)
+	}
+	st.poll = poll
 	// Before CreateNIC, which attaches the link and starts its reader.
 	// No transport endpoints at all: these handlers see every segment,
 	// datagram and echo request (gVisor's TCP and UDP protocols only parse
@@ -170,11 +178,15 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	s.SetTransportProtocolHandler(icmp.ProtocolNumber4, st.handleICMP4)
 	s.SetTransportProtocolHandler(icmp.ProtocolNumber6, st.handleICMP6)
 	if t, ok := ep.(*TUN); ok {
-		t.tcp, t.udp = st.tcpInput, st.udpInput
+		t.tcp, t.udp, t.poll = st.tcpInput, st.udpInput, poll
+	}
+	fail := func(err error) (*Stack, error) {
+		s.Close()
+		poll.close()
+		return nil, err
 	}
 	if err := tcpipErr("create NIC", s.CreateNIC(nicID, ep)); err != nil {
-		s.Close()
-		return nil, err
+		return fail(err)
 	}
 	// Promiscuous: accept packets for any destination (the sandbox talks to
 	// the whole internet through this one link). Spoofing: send replies
@@ -182,12 +194,10 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	// handlers see every flow; local addresses are restricted in the
 	// handlers, not here.
 	if err := tcpipErr("promiscuous mode", s.SetPromiscuousMode(nicID, true)); err != nil {
-		s.Close()
-		return nil, err
+		return fail(err)
 	}
 	if err := tcpipErr("spoofing", s.SetSpoofing(nicID, true)); err != nil {
-		s.Close()
-		return nil, err
+		return fail(err)
 	}
 	// The local addresses are real addresses of the NIC, so that gVisor
 	// answers ICMP echo there (and only there: echo to promiscuous,
@@ -199,8 +209,7 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		}
 		pa := tcpip.ProtocolAddress{Protocol: proto, AddressWithPrefix: tcpAddr(a).WithPrefix()}
 		if err := tcpipErr("add address "+a.String(), s.AddProtocolAddress(nicID, pa, stack.AddressProperties{})); err != nil {
-			s.Close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	s.SetRouteTable([]tcpip.Route{
@@ -243,9 +252,8 @@ func (st *Stack) Close() {
 		f.close()
 	}
 	st.s.Close()
-	// Stop the link before waiting: a reader blocked in the device would
-	// otherwise be waited for under the stack's lock (Stack.Wait).
 	st.ep.Close()
+	st.poll.close()
 	st.wg.Wait()
 	st.s.Wait()
 }

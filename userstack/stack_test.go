@@ -528,7 +528,6 @@ func TestNewErrors(t *testing.T) {
 		want string
 	}{
 		{"no policy", Config{Dialer: newFakeDialer()}, "no policy"},
-		{"no dialer", Config{Policy: pol}, "no dialer"},
 		{"loopback gateway", Config{Policy: pol, Dialer: newFakeDialer(), Gateways: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}, "unusable local address"},
 		{"unspecified dns", Config{Policy: pol, Dialer: newFakeDialer(), VirtualDNS: []netip.Addr{netip.IPv6Unspecified()}}, "unusable local address"},
 		{"bad upstream", Config{Policy: pol, Dialer: newFakeDialer(), Upstreams: []netip.AddrPort{{}}}, "invalid upstream"},

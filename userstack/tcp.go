@@ -97,11 +97,14 @@ type tcpChunk struct {
 	pooled *[]byte // the read buffer data lives in, if pooled
 }
 
-// tcpFlow is one relayed connection. Everything but key, addresses and
-// the channels is guarded by mu. The host socket is written and read with
-// plain system calls on its descriptor under mu, and only while the flow
-// is not closed; it is closed (out.Close) only after the state says so,
-// outside mu and outside any RawConn callback, which Close waits for.
+// tcpFlow is one relayed connection. Everything but key and addresses is
+// guarded by mu. The host socket is written and read with plain system
+// calls on its descriptor under mu, only while the flow is not closed, and
+// closed under mu when it closes: no I/O reaches a reused descriptor.
+//
+// The host side is read and written on the stack's event loop (pollReady):
+// it reads while the sandbox's window has room, and writes what the
+// sandbox sent that the socket did not take at once.
 type tcpFlow struct {
 	st       *Stack
 	key      flowKey // src: the sandbox's end; dst: the destination it dialed
@@ -110,10 +113,10 @@ type tcpFlow struct {
 
 	mu    sync.Mutex
 	state tcpState
-	out   net.Conn
-	raw   syscall.RawConn
-	fd    int
-	reset bool // close the host socket with a RST (SO_LINGER 0)
+	fd    int    // the host socket, -1 before the dial
+	pfd   pollFD // its registration on the event loop
+	early bool   // the host spoke before the sandbox's handshake ended
+	reset bool   // close the host socket with a RST (SO_LINGER 0)
 	// opening: counted in st.opening (dialing or SYN-RCVD). Set and
 	// cleared under both mu and st.mu; read under either.
 	opening bool
@@ -127,7 +130,7 @@ type tcpFlow struct {
 	rcvShift uint8    // our window scale (0 if the sandbox offered none)
 	pend     [][]byte // accepted and acknowledged, not yet written to the host
 	pendLen  int
-	writing  bool // a drain goroutine owns pend
+	writing  bool // pend waits for room in the host socket
 	finRcvd  bool // the sandbox's FIN is accepted
 	shutWr   bool // passed on: the host socket's sending side is shut
 
@@ -144,12 +147,11 @@ type tcpFlow struct {
 	dupAcks  int
 	retries  int
 	rto      time.Duration
-	reading  bool          // the host reader runs
-	wake     chan struct{} // the window opened, or the flow ended
+	reading  bool // the host side is read (established, no EOF yet)
 
-	ackTimer *time.Timer
+	ackTimer loopTimer
 	ackArmed bool
-	rtoTimer *time.Timer
+	rtoTimer loopTimer // the dial's timeout while dialing
 	rtoArmed bool
 	rtoFrom  time.Time // since when the oldest outstanding segment waits
 }
@@ -258,11 +260,13 @@ func (st *Stack) newTCP(in *tcpIn) {
 		v6:     in.v6,
 		src:    in.local,
 		dst:    in.remote,
+		fd:     -1,
 		irs:    h.SequenceNumber(),
 		rcvNxt: h.SequenceNumber() + 1,
 		rto:    tcpRTOMin,
-		wake:   make(chan struct{}, 1),
 	}
+	f.ackTimer = newLoopTimer(f.onAckTimer)
+	f.rtoTimer = newLoopTimer(f.onRTO)
 	f.rcvAcked = f.rcvNxt
 	if opts.WS >= 0 {
 		f.sndShift = uint8(min(opts.WS, 14))
@@ -289,6 +293,11 @@ func (st *Stack) newTCP(in *tcpIn) {
 	st.tcp[key] = f
 	st.opening++
 	f.opening = true
+	if st.cfg.Dialer == nil {
+		st.mu.Unlock()
+		f.connect(target)
+		return
+	}
 	st.wg.Add(1)
 	st.mu.Unlock()
 	st.work.Go(func() { f.dial(target) })
@@ -330,61 +339,154 @@ func (st *Stack) tcpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
 	return dst, true
 }
 
-// dial opens the host side first, so that a refused or unreachable
-// destination gives the sandbox a RST instead of an accepted connection
-// that then closes; then it answers the SYN.
+// connect opens the host side with a non-blocking connect, which the
+// event loop sees complete (pollReady); only then is the SYN answered, so
+// that a refused or unreachable destination gives the sandbox a RST
+// instead of an accepted connection that then closes.
+func (f *tcpFlow) connect(target netip.AddrPort) {
+	fd, err := dialSocket(unix.SOCK_STREAM, target)
+	f.mu.Lock()
+	defer f.unlock()
+	if err != nil {
+		f.st.cfg.Logf("userstack: dial tcp %s: %v", target, err)
+		f.sendReset()
+		f.state = tcpClosed
+		return
+	}
+	f.fd, f.pfd.fd = fd, fd
+	if f.state != tcpDialing {
+		f.state = tcpClosed // closed meanwhile: unlock closes fd
+		return
+	}
+	f.armRTO(f.st.cfg.DialTimeout)
+}
+
+// connected takes the outcome of the non-blocking connect.
+func (f *tcpFlow) connected() {
+	n, err := unix.GetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err == nil && n != 0 {
+		err = syscall.Errno(n)
+	}
+	if err != nil {
+		f.st.cfg.Logf("userstack: dial tcp %s: %v", f.key.dst, err)
+		f.sendReset()
+		f.state = tcpClosed
+		return
+	}
+	f.stopRTO()
+	f.hostUp()
+}
+
+// dial opens the host side through the configured Dialer (on a worker:
+// it may block), then goes on as connected does.
 func (f *tcpFlow) dial(target netip.AddrPort) {
 	st := f.st
 	defer st.wg.Done()
 	ctx, cancel := context.WithTimeout(st.ctx, st.cfg.DialTimeout)
 	out, err := st.cfg.Dialer.DialContext(ctx, "tcp", target.String())
 	cancel()
-	var raw syscall.RawConn
 	fd := -1
 	if err == nil {
-		if sc, ok := out.(syscall.Conn); ok {
-			raw, err = sc.SyscallConn()
-		} else {
-			err = errNoDescriptor
-		}
-		if err == nil {
-			cerr := raw.Control(func(d uintptr) { fd = int(d) })
-			if cerr != nil {
-				err = cerr
-			}
-		}
-		if err != nil {
-			out.Close()
-		}
+		fd, err = detachConn(out)
 	}
 	f.mu.Lock()
+	defer f.unlock()
 	if err != nil {
 		st.cfg.Logf("userstack: dial tcp %s: %v", target, err)
 		if f.state == tcpDialing {
 			f.sendReset()
 			f.state = tcpClosed
 		}
-		f.unlock()
 		return
 	}
+	f.fd, f.pfd.fd = fd, fd // closed by unlock if the flow is
 	if f.state != tcpDialing || st.ctx.Err() != nil {
 		// Reset by the sandbox, or the stack is closing, while dialing.
 		f.state = tcpClosed
-		f.unlock()
-		out.Close()
 		return
 	}
-	f.out, f.raw, f.fd = out, raw, fd
+	f.hostUp()
+}
+
+// hostUp answers the SYN once the host side is connected.
+func (f *tcpFlow) hostUp() {
 	f.iss = rand.Uint32()
 	f.sndUna, f.sndNxt = f.iss, f.iss+1
 	f.state = tcpSynRcvd
 	f.sendSynAck()
 	f.startRTO()
-	f.unlock()
 }
 
 // errNoDescriptor: the Dialer's contract is a conn with a descriptor.
 var errNoDescriptor = errors.New("the dialed conn has no descriptor (Dialer must return a syscall.Conn)")
+
+// detachConn takes c's descriptor off Go's netpoller (see detachFile).
+func detachConn(c net.Conn) (int, error) {
+	sc, ok := c.(interface {
+		SyscallConn() (syscall.RawConn, error)
+		Close() error
+	})
+	if !ok {
+		c.Close()
+		return -1, errNoDescriptor
+	}
+	return detachFile(sc)
+}
+
+// dialSocket opens a non-blocking socket of type typ connected (or, for
+// TCP, connecting) to to.
+func dialSocket(typ int, to netip.AddrPort) (int, error) {
+	a := to.Addr().Unmap()
+	var sa unix.Sockaddr
+	family := unix.AF_INET
+	if a.Is4() {
+		sa = &unix.SockaddrInet4{Port: int(to.Port()), Addr: a.As4()}
+	} else {
+		family = unix.AF_INET6
+		sa = &unix.SockaddrInet6{Port: int(to.Port()), Addr: a.As16()}
+	}
+	fd, err := unix.Socket(family, typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if typ == unix.SOCK_STREAM {
+		// As Go's net package does: each segment the sandbox sends
+		// leaves at once (the sandbox's own stack already batched).
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	}
+	if err := unix.Connect(fd, sa); err != nil && err != unix.EINPROGRESS {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// pollReady runs on the event loop when the host socket is ready.
+func (f *tcpFlow) pollReady(events uint32) {
+	f.mu.Lock()
+	defer f.unlock()
+	switch f.state {
+	case tcpClosed:
+		return
+	case tcpDialing:
+		f.connected()
+		return
+	case tcpSynRcvd:
+		if events&unix.EPOLLERR != 0 {
+			n, _ := unix.GetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+			f.hostFailed(syscall.Errno(n))
+			return
+		}
+		f.early = true // read once the sandbox completes its handshake
+		return
+	}
+	if f.writing && events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		f.flush()
+	}
+	if f.state == tcpEstablished && f.reading {
+		f.readSome()
+	}
+}
 
 // segment handles a segment of an existing flow.
 func (f *tcpFlow) segment(in *tcpIn) {
@@ -435,7 +537,7 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		f.sndUna = ack
 		f.retries, f.rto = 0, tcpRTOMin
 		f.sndWnd = uint32(h.WindowSize()) << f.sndShift
-		f.reading = f.st.goFlow(f.readHost)
+		f.reading = true
 	}
 	n := in.n
 	f.processAck(ack, uint32(h.WindowSize())<<f.sndShift, n == 0 && !flags.Contains(header.TCPFlagFin))
@@ -483,9 +585,7 @@ func (f *tcpFlow) processAck(ack, wnd uint32, bare bool) {
 		opened = opened || wnd > f.sndWnd
 		f.sndWnd = wnd
 	}
-	if opened {
-		f.signal()
-	}
+	_ = opened // the host is read again (unlock widens the interest)
 }
 
 // dropAcked releases n acknowledged bytes (the FIN's sequence number
@@ -566,8 +666,8 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 
 // toHost writes take bytes of the segment's payload, from skip on, to the
 // host socket without waiting; what does not fit is copied to pend and
-// drained by a goroutine that waits for room. It reports false when the
-// flow failed.
+// written when the socket has room (flush). It reports false when the flow
+// failed.
 func (f *tcpFlow) toHost(data [][]byte, skip, take int) bool {
 	var small [4][]byte
 	parts := cutSlices(small[:0], data, skip, take)
@@ -593,12 +693,7 @@ func (f *tcpFlow) toHost(data [][]byte, skip, take int) bool {
 		}
 		f.pend = append(f.pend, append(make([]byte, 0, max(len(p), tcpPendChunk)), p...))
 	}
-	if !f.writing {
-		if f.writing = f.st.goFlow(f.drain); !f.writing {
-			f.state = tcpClosed // the stack is closing
-			return false
-		}
-	}
+	f.writing = true
 	return true
 }
 
@@ -642,49 +737,31 @@ func trimFront(parts [][]byte, n int) [][]byte {
 	return parts
 }
 
-// drain writes pend to the host socket as room comes, then passes on a
-// FIN, and reopens the window it had narrowed.
-func (f *tcpFlow) drain() {
-	defer f.st.wg.Done()
-	handedBack := false // the callback gave pend back (writing false)
-	err := f.raw.Write(func(uintptr) bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for f.state != tcpClosed && len(f.pend) > 0 {
-			n, err := rawWritev(f.fd, f.pend[:min(len(f.pend), maxIovecs)])
-			if err == unix.EAGAIN || err == unix.EINTR {
-				return false // wait for room
-			}
-			if err != nil {
-				f.hostFailed(err)
-				break
-			}
-			f.pendLen -= n
-			f.pend = trimFront(f.pend, n)
+// flush writes pend to the host socket as far as it has room, and once
+// all is written passes on a FIN and reopens the window it had narrowed.
+func (f *tcpFlow) flush() {
+	for f.state != tcpClosed && len(f.pend) > 0 {
+		n, err := rawWritev(f.fd, f.pend[:min(len(f.pend), maxIovecs)])
+		if err == unix.EAGAIN || err == unix.EINTR {
+			return // the loop calls again when there is room
 		}
-		f.pend = nil
-		f.writing = false
-		handedBack = true
-		if f.state != tcpClosed {
-			f.shutHost()
-			// The window reopens: say so if it had closed below half.
-			if f.rcvNxt != f.rcvAcked || f.rcvWnd < tcpRcvBuf/2 {
-				f.sendAck()
-			}
-			f.maybeDone()
-		}
-		return true
-	})
-	f.mu.Lock()
-	if !handedBack {
-		// The wait failed (the socket was closed): pend is still ours.
-		// Once handed back, writing may already belong to a new drain.
-		f.pend, f.pendLen, f.writing = nil, 0, false
-		if f.state != tcpClosed {
+		if err != nil {
 			f.hostFailed(err)
+			break
 		}
+		f.pendLen -= n
+		f.pend = trimFront(f.pend, n)
 	}
-	f.unlock()
+	f.pend, f.pendLen = nil, 0
+	f.writing = false
+	if f.state != tcpClosed {
+		f.shutHost()
+		// The window reopens: say so if it had closed below half.
+		if f.rcvNxt != f.rcvAcked || f.rcvWnd < tcpRcvBuf/2 {
+			f.sendAck()
+		}
+		f.maybeDone()
+	}
 }
 
 // shutHost passes the sandbox's FIN on once everything before it is
@@ -699,76 +776,45 @@ func (f *tcpFlow) shutHost() {
 	}
 }
 
-// readHost reads the host socket as far as the sandbox's window allows
-// and sends what it reads, until the host's EOF or the flow's end.
-func (f *tcpFlow) readHost() {
-	defer f.st.wg.Done()
-	for {
-		f.mu.Lock()
-		for f.state == tcpEstablished && f.space() == 0 {
-			if f.sndUna == f.sndNxt && !f.rtoArmed {
-				f.startRTO() // a window probe, if the sandbox's update is lost
-			}
-			f.mu.Unlock()
-			<-f.wake
-			f.mu.Lock()
+// hostBurst bounds the reads of one socket in one turn of the loop.
+const hostBurst = 16
+
+// readSome reads the host socket as far as the sandbox's window allows
+// and sends what it reads. A read shorter than asked ends the turn: the
+// socket is drained, and whatever comes next (an EOF already queued
+// behind the data, too) keeps it readable for the loop's next wait.
+func (f *tcpFlow) readSome() {
+	for i := 0; i < hostBurst; i++ {
+		room := min(f.space(), f.mss, tcpReadMax)
+		if room == 0 {
+			return // the window closed: unlock narrows the interest
 		}
-		if f.state != tcpEstablished {
+		buf := readBuffers.Get().(*[]byte)
+		n, err := rawRead(f.fd, (*buf)[:room])
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
+			readBuffers.Put(buf)
+			return
+		case err != nil:
+			readBuffers.Put(buf)
 			f.reading = false
-			f.unlock()
+			f.hostFailed(err)
+			return
+		case n == 0:
+			readBuffers.Put(buf)
+			f.reading = false
+			f.hostEOF = true
+			f.sendFin()
+			f.maybeDone()
 			return
 		}
-		f.mu.Unlock()
-		stop := false
-		// Reads go on until one would block: a read shorter than asked
-		// does not mean nothing more is coming, since an EOF or an error
-		// already queued behind the data signals no new readiness.
-		err := f.raw.Read(func(uintptr) bool {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			for {
-				if f.state != tcpEstablished {
-					stop = true
-					return true
-				}
-				room := min(f.space(), f.mss, tcpReadMax)
-				if room == 0 {
-					return true // the window closed: wait for it
-				}
-				buf := readBuffers.Get().(*[]byte)
-				n, err := rawRead(f.fd, (*buf)[:room])
-				switch {
-				case err == unix.EAGAIN || err == unix.EINTR:
-					readBuffers.Put(buf)
-					return false // wait for data
-				case err != nil:
-					readBuffers.Put(buf)
-					f.hostFailed(err)
-					stop = true
-					return true
-				case n == 0:
-					readBuffers.Put(buf)
-					f.hostEOF = true
-					f.sendFin()
-					stop = true
-					return true
-				}
-				c := tcpChunk{data: (*buf)[:n], pooled: buf}
-				if n < tcpCopyBelow {
-					c = tcpChunk{data: append([]byte(nil), (*buf)[:n]...)}
-					readBuffers.Put(buf)
-				}
-				f.sendData(c)
-			}
-		})
-		if err != nil || stop {
-			f.mu.Lock()
-			if err != nil && f.state != tcpClosed {
-				f.hostFailed(err)
-			}
-			f.reading = false
-			f.maybeDone()
-			f.unlock()
+		c := tcpChunk{data: (*buf)[:n], pooled: buf}
+		if n < tcpCopyBelow {
+			c = tcpChunk{data: append([]byte(nil), (*buf)[:n]...)}
+			readBuffers.Put(buf)
+		}
+		f.sendData(c)
+		if n < room {
 			return
 		}
 	}
@@ -782,14 +828,6 @@ func (f *tcpFlow) space() int {
 		return 0
 	}
 	return int(lim - inflight)
-}
-
-// signal wakes the host reader (window opened, or the flow ended).
-func (f *tcpFlow) signal() {
-	select {
-	case f.wake <- struct{}{}:
-	default:
-	}
 }
 
 // sendData sends a chunk of host data as one segment and keeps it until
@@ -904,6 +942,7 @@ func (f *tcpFlow) hostFailed(err error) {
 	f.st.cfg.Logf("userstack: tcp %s -> %s: host side: %v", f.key.src, f.key.dst, err)
 	f.sendReset()
 	f.reset = true
+	f.reading = false
 	f.state = tcpClosed
 }
 
@@ -915,32 +954,28 @@ func (f *tcpFlow) maybeDone() {
 	}
 }
 
-// Timers. Both run their callback under mu.
+// Timers. Both run on the event loop and take mu.
 
 func (f *tcpFlow) armAck() {
 	if f.ackArmed {
 		return
 	}
 	f.ackArmed = true
-	if f.ackTimer == nil {
-		f.ackTimer = time.AfterFunc(tcpAckDelay, f.onAckTimer)
-		return
-	}
-	f.ackTimer.Reset(tcpAckDelay)
+	f.st.poll.arm(&f.ackTimer, tcpAckDelay)
 }
 
 func (f *tcpFlow) onAckTimer() {
 	f.mu.Lock()
+	defer f.unlock()
 	f.ackArmed = false
 	if f.rcvAcked != f.rcvNxt {
 		f.sendAck()
 	}
-	f.mu.Unlock()
 }
 
 // The retransmission timer is lazy: progress only moves rtoFrom, and the
 // timer, once armed, runs out and then looks at what is outstanding.
-// Resetting a Go timer for every segment cost more than a tenth of the
+// Re-arming a timer for every segment cost more than a tenth of the
 // relay's CPU per round trip.
 
 // startRTO starts the wait of what is outstanding now.
@@ -952,17 +987,13 @@ func (f *tcpFlow) startRTO() {
 }
 
 func (f *tcpFlow) armRTO(d time.Duration) {
-	if f.rtoTimer == nil {
-		f.rtoTimer = time.AfterFunc(d, f.onRTO)
-	} else {
-		f.rtoTimer.Reset(d)
-	}
+	f.st.poll.arm(&f.rtoTimer, d)
 	f.rtoArmed = true
 }
 
 func (f *tcpFlow) stopRTO() {
 	if f.rtoArmed {
-		f.rtoTimer.Stop()
+		f.st.poll.stop(&f.rtoTimer)
 		f.rtoArmed = false
 	}
 }
@@ -972,7 +1003,16 @@ func (f *tcpFlow) stopRTO() {
 func (f *tcpFlow) onRTO() {
 	f.mu.Lock()
 	defer f.unlock()
+	if !f.rtoArmed {
+		return // stopped after it was due
+	}
 	f.rtoArmed = false
+	if f.state == tcpDialing {
+		f.st.cfg.Logf("userstack: dial tcp %s: timed out", f.key.dst)
+		f.sendReset()
+		f.state = tcpClosed
+		return
+	}
 	if f.state != tcpSynRcvd && f.state != tcpEstablished {
 		return
 	}
@@ -1005,33 +1045,37 @@ func (f *tcpFlow) onRTO() {
 	f.armRTO(f.rto)
 }
 
-// unlock releases mu; a flow that just closed is then torn down outside
-// the lock: timers stopped, host socket closed, table entry removed.
+// unlock releases mu. Before, a live flow's interest in its host socket is
+// brought up to date (every change of state that moves it passes here),
+// and a flow that just closed is torn down: timers stopped, host socket
+// closed; then its table entry is removed.
 func (f *tcpFlow) unlock() {
+	if f.state != tcpClosed {
+		if err := f.st.poll.set(&f.pfd, f.interest(), f); err != nil {
+			f.hostFailed(err)
+		}
+	}
+	if f.state == tcpClosed && f.fd >= 0 {
+		// Also a dial's socket that arrives after the flow closed.
+		if f.reset {
+			_ = unix.SetsockoptLinger(f.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+		}
+		f.st.poll.forget(&f.pfd)
+		unix.Close(f.fd)
+		f.fd = -1
+	}
 	if f.state != tcpClosed || f.closed {
 		f.mu.Unlock()
 		return
 	}
 	f.closed = true
-	out, reset := f.out, f.reset
-	if out != nil && reset && f.fd >= 0 {
-		_ = unix.SetsockoptLinger(f.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
-	}
-	if f.ackTimer != nil {
-		f.ackTimer.Stop()
-	}
+	f.st.poll.stop(&f.ackTimer)
 	f.stopRTO()
 	for i := range f.sent {
 		f.sent[i].release()
 	}
 	f.sent, f.pend = nil, nil
 	f.mu.Unlock()
-	f.signal()
-	if out != nil {
-		// After mu: Close waits for the RawConn callbacks in flight,
-		// which take mu. (unlock never runs inside one.)
-		out.Close()
-	}
 	st := f.st
 	st.mu.Lock()
 	if st.tcp[f.key] == f {
@@ -1041,6 +1085,35 @@ func (f *tcpFlow) unlock() {
 		st.opening--
 	}
 	st.mu.Unlock()
+}
+
+// interest is what the flow waits for on its host socket: the connect's
+// end; data while the sandbox's window has room; room while pend waits.
+func (f *tcpFlow) interest() uint32 {
+	if f.fd < 0 {
+		return 0
+	}
+	var ev uint32
+	switch f.state {
+	case tcpDialing:
+		ev = unix.EPOLLOUT
+	case tcpSynRcvd:
+		if !f.early {
+			ev = unix.EPOLLIN // just to hear of an error: data waits
+		}
+	case tcpEstablished:
+		if f.reading {
+			if f.space() > 0 {
+				ev |= unix.EPOLLIN
+			} else if f.sndUna == f.sndNxt && !f.rtoArmed {
+				f.startRTO() // a window probe, if the sandbox's update is lost
+			}
+		}
+		if f.writing {
+			ev |= unix.EPOLLOUT
+		}
+	}
+	return ev
 }
 
 // closeTCP ends every flow (the stack is closing); nothing is sent.

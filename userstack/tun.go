@@ -2,11 +2,13 @@ package userstack
 
 import (
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -17,8 +19,8 @@ import (
 )
 
 // TUN is a stack.LinkEndpoint on a TUN device opened with IFF_TUN and
-// IFF_NO_PI (raw IP packets, no header). Reads go through Go's netpoller
-// and each packet is delivered to the stack on the reading goroutine.
+// IFF_NO_PI (raw IP packets, no header). It is read on the stack's event
+// loop (poller), and each packet is delivered to the stack right there.
 // gVisor's fdbased endpoint instead waits in a blocking poll and hands each
 // packet to a processor goroutine: two wake-ups where this has one, which
 // is most of a request/response round trip on this path.
@@ -30,8 +32,11 @@ import (
 // kernel's partially checksummed and TSO super-packets are taken as they
 // are.
 type TUN struct {
-	f       *os.File // non-blocking, so that Read parks in the netpoller
-	rc      syscall.RawConn
+	// fd is the device (non-blocking), -1 once closed. rw guards it: I/O
+	// holds it shared, Close exclusively, so no read or write can reach a
+	// descriptor number reused after the close.
+	rw      sync.RWMutex
+	fd      int
 	mtu     atomic.Uint32
 	vnet    int // virtio-net header length, 0 without one
 	onError func(error)
@@ -39,9 +44,11 @@ type TUN struct {
 	mu         sync.RWMutex
 	dispatcher stack.NetworkDispatcher
 	onClose    func()
+	poll       *poller // set by the stack before it attaches
+	pfd        pollFD  // under mu
+	rx         *tunRx  // the reader's buffers; the loop's only
 
 	closed atomic.Bool
-	wg     sync.WaitGroup
 
 	// Set by the stack before it attaches: tcp takes ordinary TCP
 	// segments straight from the reader, udp ordinary datagrams of
@@ -54,11 +61,43 @@ type TUN struct {
 // descriptor; the endpoint owns it. vnetHdrLen is the virtio-net header
 // length the device was set up with (0: none). onError, if set, hears a read error
 // that was not caused by Close (the device went away).
+//
+// f itself is closed: the endpoint keeps a duplicate of its descriptor,
+// which Go's netpoller does not watch (the stack's event loop does).
 func NewTUN(f *os.File, mtu uint32, vnetHdrLen int, onError func(error)) *TUN {
-	t := &TUN{f: f, vnet: vnetHdrLen, onError: onError}
-	t.rc, _ = f.SyscallConn() // fails only for a closed file: every I/O then fails too
+	t := &TUN{fd: -1, vnet: min(max(vnetHdrLen, 0), vnetHdrMax), onError: onError}
 	t.mtu.Store(mtu)
+	if fd, err := detachFile(f); err == nil {
+		t.fd = fd // else every I/O fails with os.ErrClosed
+	}
 	return t
+}
+
+// detachFile returns a duplicate of f's descriptor and closes f, which
+// takes the descriptor out of Go's netpoller. The duplicate shares the
+// open file (and its O_NONBLOCK).
+func detachFile(f interface {
+	SyscallConn() (syscall.RawConn, error)
+	Close() error
+}) (int, error) {
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var derr error
+	if err := rc.Control(func(d uintptr) { fd, derr = unix.FcntlInt(d, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, derr
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // MTU implements stack.LinkEndpoint.
@@ -82,15 +121,27 @@ func (*TUN) Capabilities() stack.LinkEndpointCapabilities {
 	return stack.CapabilityRXChecksumOffload
 }
 
-// Attach implements stack.LinkEndpoint: the first attach starts reading.
+// Attach implements stack.LinkEndpoint: the first attach starts reading
+// (on the event loop of the stack the endpoint belongs to).
 func (t *TUN) Attach(d stack.NetworkDispatcher) {
 	t.mu.Lock()
 	start := t.dispatcher == nil && d != nil && !t.closed.Load()
 	t.dispatcher = d
+	var err error
+	switch {
+	case !start:
+	case t.poll == nil:
+		err = errors.New("userstack: a TUN endpoint runs only under the stack's New")
+	case t.fd < 0:
+		err = os.ErrClosed
+	default:
+		t.rx = &tunRx{}
+		t.pfd.fd = t.fd
+		err = t.poll.set(&t.pfd, unix.EPOLLIN, t)
+	}
 	t.mu.Unlock()
-	if start {
-		t.wg.Add(1)
-		go t.read()
+	if err != nil {
+		t.readFailed(err)
 	}
 }
 
@@ -101,8 +152,9 @@ func (t *TUN) IsAttached() bool {
 	return t.dispatcher != nil
 }
 
-// Wait implements stack.LinkEndpoint.
-func (t *TUN) Wait() { t.wg.Wait() }
+// Wait implements stack.LinkEndpoint. Nothing to wait for: the reads run
+// on the stack's event loop, which its Close waits for.
+func (t *TUN) Wait() {}
 
 // ARPHardwareType implements stack.LinkEndpoint.
 func (*TUN) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
@@ -120,17 +172,24 @@ func (t *TUN) SetOnCloseAction(f func()) {
 	t.mu.Unlock()
 }
 
-// Close implements stack.LinkEndpoint: it closes the descriptor, which ends
-// the reader, and waits for it.
+// Close implements stack.LinkEndpoint: it stops reading and closes the
+// descriptor.
 func (t *TUN) Close() {
 	if !t.closed.CompareAndSwap(false, true) {
 		return
 	}
-	t.f.Close()
-	t.wg.Wait()
-	t.mu.RLock()
+	t.mu.Lock()
+	if t.pfd.added {
+		t.poll.forget(&t.pfd)
+	}
 	f := t.onClose
-	t.mu.RUnlock()
+	t.mu.Unlock()
+	t.rw.Lock()
+	if t.fd >= 0 {
+		unix.Close(t.fd)
+		t.fd = -1
+	}
+	t.rw.Unlock()
 	if f != nil {
 		f()
 	}
@@ -216,46 +275,41 @@ func appendIovec(iov []unix.Iovec, b []byte) []unix.Iovec {
 	return append(iov, v)
 }
 
-// tunWrite is one write's memory (its iovecs, a virtio-net header, the
-// RawConn callback bound once), pooled: built on the stack, they escaped
-// to the heap, a few hundred bytes per packet.
+// tunWrite is one write's memory (its iovecs, a virtio-net header),
+// pooled: built on the stack, they escaped to the heap, a few hundred
+// bytes per packet.
 type tunWrite struct {
 	iov  [8]unix.Iovec
 	vnet [vnetHdrMax]byte
 	hdr  [header.IPv6MinimumSize + header.TCPMinimumSize + synOptionsLen]byte // a segment's headers (writeTCP)
-	cur  []unix.Iovec
-	err  error
-	fn   func(uintptr) bool
 }
 
-var writers = sync.Pool{New: func() any {
-	w := &tunWrite{}
-	w.fn = w.write
-	return w
-}}
+var writers = sync.Pool{New: func() any { return &tunWrite{} }}
 
-func (w *tunWrite) write(fd uintptr) bool {
-	_, w.err = rawWriteIovec(int(fd), w.cur)
-	return w.err != unix.EAGAIN
-}
+// tunFullWait bounds how long a write waits for room in a full device
+// queue (a TUN device's never fills; a test's socket pair can) before the
+// packet is dropped.
+const tunFullWait = time.Second
 
-// writev writes iov (in w's memory) as one datagram; a full queue waits
-// in the netpoller.
+// writev writes iov (in w's memory) as one datagram.
 func (t *TUN) writev(w *tunWrite, iov []unix.Iovec) error {
-	if t.rc == nil {
-		return os.ErrClosed
-	}
+	defer clear(iov) // hold on to no packet
 	if len(iov) == 0 {
 		return nil
 	}
-	w.cur, w.err = iov, nil
-	err := t.rc.Write(w.fn)
-	clear(iov) // hold on to no packet
-	w.cur = nil
-	if err != nil {
-		return err
+	t.rw.RLock()
+	defer t.rw.RUnlock()
+	if t.fd < 0 {
+		return os.ErrClosed
 	}
-	return w.err
+	_, err := rawWriteIovec(t.fd, iov)
+	if err == unix.EAGAIN || err == unix.EINTR {
+		pfd := []unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLOUT}}
+		if _, perr := unix.Poll(pfd, int(tunFullWait/time.Millisecond)); perr == nil {
+			_, err = rawWriteIovec(t.fd, iov)
+		}
+	}
+	return err
 }
 
 // Inbound packets are read with readv into a small header buffer and a
@@ -278,43 +332,51 @@ const (
 	vnetHdrMax  = 16
 )
 
-func (t *TUN) read() {
-	defer t.wg.Done()
-	var vnet [vnetHdrMax]byte
-	var head [rxHeadLen]byte
-	var body *buffer.View
-	defer func() {
-		if body != nil {
-			body.Release()
+// tunRx is the reader's state, kept between turns of the loop.
+type tunRx struct {
+	vnet   [vnetHdrMax]byte
+	head   [rxHeadLen]byte
+	body   *buffer.View
+	in     tcpIn
+	inData [2][]byte
+	iov    [3][]byte
+}
+
+// tunBurst bounds the packets one turn of the loop reads, so that host
+// sockets get their turn under a flood from the sandbox.
+const tunBurst = 64
+
+// pollReady reads what the device has: a burst of large packets (bulk
+// data), or up to the first small one, after which the loop's next
+// epoll_wait says whether there is more (a read that finds the queue
+// empty costs as much as that wait).
+func (t *TUN) pollReady(uint32) {
+	rx := t.rx
+	for i := 0; i < tunBurst; i++ {
+		if rx.body == nil {
+			rx.body = buffer.NewViewSize(rxBodyCap)
 		}
-	}()
-	if t.rc == nil {
-		t.readFailed(os.ErrClosed)
-		return
-	}
-	var in tcpIn
-	var inData [2][]byte
-	// One closure for every read (not one allocated per packet).
-	var iov [3][]byte
-	var n int
-	var rerr error
-	readv := func(fd uintptr) bool {
-		n, rerr = rawReadv(int(fd), iov[:])
-		return rerr != unix.EAGAIN
-	}
-	for {
-		if body == nil {
-			body = buffer.NewViewSize(rxBodyCap)
-		}
-		iov = [3][]byte{vnet[:t.vnet], head[:], body.AsSlice()}
+		rx.iov = [3][]byte{rx.vnet[:t.vnet], rx.head[:], rx.body.AsSlice()}
 		if t.vnet == 0 {
-			iov[0] = nil
+			rx.iov[0] = nil
 		}
-		err := t.rc.Read(readv)
-		if err == nil {
-			err = rerr
+		t.rw.RLock()
+		n, err := -1, error(os.ErrClosed)
+		if t.fd >= 0 {
+			n, err = rawReadv(t.fd, rx.iov[:])
 		}
-		if err != nil {
+		t.rw.RUnlock()
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
+			return
+		case err != nil:
+			// The device went away: stop watching it (level-triggered,
+			// an error would be reported on every turn).
+			t.mu.Lock()
+			if t.pfd.added {
+				_ = t.poll.set(&t.pfd, 0, t)
+			}
+			t.mu.Unlock()
 			t.readFailed(err)
 			return
 		}
@@ -322,47 +384,60 @@ func (t *TUN) read() {
 		if n <= 0 || n >= rxHeadLen+rxBodyCap {
 			continue // runt, or possibly truncated: drop
 		}
-		in.data = inData[:0]
-		if t.tcp != nil && fastTCP(&in, head[:min(n, rxHeadLen)], body.AsSlice(), n) {
-			t.tcp(&in)
-			continue
+		t.deliver(rx, n)
+		if n < rxSmall {
+			return
 		}
-		if t.udp != nil {
-			if key, data, ok := fastUDP(inData[:0], head[:min(n, rxHeadLen)], body.AsSlice(), n); ok && t.udp(key, data) {
-				continue
-			}
-		}
-		var proto tcpip.NetworkProtocolNumber
-		switch header.IPVersion(head[:min(n, rxHeadLen)]) {
-		case header.IPv4Version:
-			proto = header.IPv4ProtocolNumber
-		case header.IPv6Version:
-			proto = header.IPv6ProtocolNumber
-		default:
-			continue
-		}
-		// A TSO super-packet or a partial checksum is taken as it is:
-		// gVisor accepts large segments, and skips the checksum check
-		// (CapabilityRXChecksumOffload).
-		payload := buffer.MakeWithData(head[:min(n, rxHeadLen)])
-		if rest := n - rxHeadLen; rest > 0 {
-			if rest < rxCopyBelow {
-				payload.Append(buffer.NewViewWithData(body.AsSlice()[:rest]))
-			} else {
-				body.CapLength(rest)
-				payload.Append(body)
-				body = nil
-			}
-		}
-		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payload})
-		t.mu.RLock()
-		d := t.dispatcher
-		t.mu.RUnlock()
-		if d != nil {
-			d.DeliverNetworkPacket(proto, pkt)
-		}
-		pkt.DecRef()
 	}
+}
+
+// rxSmall: a packet shorter than this ends a burst (see pollReady).
+const rxSmall = 1500
+
+// deliver hands the n-byte packet in rx to the fast path or to gVisor.
+func (t *TUN) deliver(rx *tunRx, n int) {
+	head := rx.head[:min(n, rxHeadLen)]
+	in := &rx.in
+	in.data = rx.inData[:0]
+	if t.tcp != nil && fastTCP(in, head, rx.body.AsSlice(), n) {
+		t.tcp(in)
+		return
+	}
+	if t.udp != nil {
+		if key, data, ok := fastUDP(rx.inData[:0], head, rx.body.AsSlice(), n); ok && t.udp(key, data) {
+			return
+		}
+	}
+	var proto tcpip.NetworkProtocolNumber
+	switch header.IPVersion(head) {
+	case header.IPv4Version:
+		proto = header.IPv4ProtocolNumber
+	case header.IPv6Version:
+		proto = header.IPv6ProtocolNumber
+	default:
+		return
+	}
+	// A TSO super-packet or a partial checksum is taken as it is:
+	// gVisor accepts large segments, and skips the checksum check
+	// (CapabilityRXChecksumOffload).
+	payload := buffer.MakeWithData(head)
+	if rest := n - rxHeadLen; rest > 0 {
+		if rest < rxCopyBelow {
+			payload.Append(buffer.NewViewWithData(rx.body.AsSlice()[:rest]))
+		} else {
+			rx.body.CapLength(rest)
+			payload.Append(rx.body)
+			rx.body = nil
+		}
+	}
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payload})
+	t.mu.RLock()
+	d := t.dispatcher
+	t.mu.RUnlock()
+	if d != nil {
+		d.DeliverNetworkPacket(proto, pkt)
+	}
+	pkt.DecRef()
 }
 
 // The fast path: ordinary TCP segments and UDP datagrams of known flows

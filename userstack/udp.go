@@ -2,12 +2,12 @@ package userstack
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -29,26 +29,67 @@ type flowKey struct {
 // and a reply is framed here (IP and UDP headers) and written to the link.
 // gVisor's endpoint, its receive queue and the goroutine hand-off to a
 // reader cost about as much as the rest of a UDP round trip together.
+//
+// Replies are read on the stack's event loop (pollReady). mu guards fd
+// against its close: no I/O reaches a reused descriptor.
 type udpFlow struct {
-	out  net.Conn
-	raw  syscall.RawConn
+	st   *Stack
+	key  flowKey
 	last atomic.Int64 // UnixNano of the last datagram either way
-	once sync.Once
+
+	mu  sync.Mutex
+	fd  int // -1 once closed
+	pfd pollFD
 }
 
 func (f *udpFlow) touch(t time.Time) { f.last.Store(t.UnixNano()) }
 
 func (f *udpFlow) close() {
-	f.once.Do(func() { f.out.Close() })
+	f.mu.Lock()
+	if f.fd >= 0 {
+		f.st.poll.forget(&f.pfd)
+		unix.Close(f.fd)
+		f.fd = -1
+	}
+	f.mu.Unlock()
 }
 
 // sendv writes one datagram, in parts, to the host side without waiting:
 // a full socket buffer drops it, as a congested network would.
 func (f *udpFlow) sendv(parts [][]byte) {
-	_ = f.raw.Write(func(fd uintptr) bool {
-		_, _ = rawWritev(int(fd), parts)
-		return true
-	})
+	f.mu.Lock()
+	if f.fd >= 0 {
+		_, _ = rawWritev(f.fd, parts)
+	}
+	f.mu.Unlock()
+}
+
+// pollReady frames a datagram the host side received as a reply to the
+// sandbox's socket; a socket error (such as an ICMP unreachable) ends the
+// flow. One datagram a turn: the socket stays readable while more wait.
+func (f *udpFlow) pollReady(uint32) {
+	st := f.st
+	if st.udpBuf == nil { // only the loop uses it
+		st.udpBuf = make([]byte, udpHeadroom+65535)
+	}
+	buf := st.udpBuf
+	f.mu.Lock()
+	n, err := -1, error(unix.EBADF)
+	if f.fd >= 0 {
+		n, err = rawRead(f.fd, buf[udpHeadroom:])
+	}
+	f.mu.Unlock()
+	switch {
+	case err == unix.EAGAIN || err == unix.EINTR:
+		return
+	case err != nil:
+		st.dropFlow(f.key, f)
+		return
+	}
+	f.touch(st.cfg.Now())
+	if err := st.writeUDP(buf, n, f.key.dst, f.key.src); err != nil {
+		st.cfg.Logf("userstack: udp reply to %s: %s", f.key.src, err)
+	}
 }
 
 // udpInput sends a datagram of a known flow on at once and reports true;
@@ -118,23 +159,15 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, bool) {
 		}
 		target = key.dst
 	}
-	ctx, cancel := context.WithTimeout(st.ctx, st.cfg.DialTimeout)
-	out, err := st.cfg.Dialer.DialContext(ctx, "udp", target.String())
-	cancel()
+	fd, err := st.dialUDP(target)
 	if err != nil {
 		st.cfg.Logf("userstack: dial udp %s: %v", target, err)
-		return nil, false
+		// A conn without a descriptor breaks the Dialer's contract: drop
+		// the datagram rather than report the destination unreachable.
+		return nil, err == errNoDescriptor
 	}
-	f := &udpFlow{out: out}
-	if sc, ok := out.(syscall.Conn); ok {
-		f.raw, err = sc.SyscallConn()
-	}
-	if f.raw == nil || err != nil {
-		// The Dialer's contract: a "udp" conn has a descriptor.
-		st.cfg.Logf("userstack: dial udp %s: %T has no descriptor to write to", target, out)
-		out.Close()
-		return nil, true
-	}
+	f := &udpFlow{st: st, key: key, fd: fd}
+	f.pfd.fd = fd
 	st.mu.Lock()
 	if st.closed {
 		st.mu.Unlock()
@@ -151,33 +184,37 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, bool) {
 	// its first datagram.
 	f.touch(st.cfg.Now())
 	st.flows[key] = f
-	st.wg.Add(1)
 	st.mu.Unlock()
-	st.work.Go(func() { st.pumpReplies(key, f) })
+	f.mu.Lock()
+	if f.fd >= 0 {
+		if err := st.poll.set(&f.pfd, unix.EPOLLIN, f); err != nil {
+			f.mu.Unlock()
+			st.cfg.Logf("userstack: udp %s: %v", target, err)
+			st.dropFlow(key, f)
+			return nil, true
+		}
+	}
+	f.mu.Unlock()
 	return f, true
 }
 
-// udpHeadroom is the room pumpReplies leaves for the IPv6 and UDP headers.
-const udpHeadroom = header.IPv6MinimumSize + header.UDPMinimumSize
-
-// pumpReplies frames every datagram the host side receives as a reply to
-// the sandbox's socket, until the flow is closed or its socket fails, then
-// forgets the flow.
-func (st *Stack) pumpReplies(key flowKey, f *udpFlow) {
-	defer st.wg.Done()
-	defer st.dropFlow(key, f)
-	buf := make([]byte, udpHeadroom+65535)
-	for {
-		n, err := f.out.Read(buf[udpHeadroom:])
-		if err != nil {
-			return
-		}
-		f.touch(st.cfg.Now())
-		if err := st.writeUDP(buf, n, key.dst, key.src); err != nil {
-			st.cfg.Logf("userstack: udp reply to %s: %s", key.src, err)
-		}
+// dialUDP opens the host side of a flow: a connected UDP socket, the
+// stack's own or the Dialer's.
+func (st *Stack) dialUDP(target netip.AddrPort) (int, error) {
+	if st.cfg.Dialer == nil {
+		return dialSocket(unix.SOCK_DGRAM, target)
 	}
+	ctx, cancel := context.WithTimeout(st.ctx, st.cfg.DialTimeout)
+	defer cancel()
+	out, err := st.cfg.Dialer.DialContext(ctx, "udp", target.String())
+	if err != nil {
+		return -1, err
+	}
+	return detachConn(out)
 }
+
+// udpHeadroom is the room pollReady leaves for the IPv6 and UDP headers.
+const udpHeadroom = header.IPv6MinimumSize + header.UDPMinimumSize
 
 // writeUDP writes the n payload bytes at buf[udpHeadroom:] to the sandbox
 // as a datagram from src to dst, framing it in the headroom.

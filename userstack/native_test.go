@@ -1,0 +1,219 @@
+package userstack
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+)
+
+// The stack's own sockets (Config.Dialer nil) are opened on the thread
+// that hands it the sandbox's packet. These tests hand packets in from a
+// thread moved into a network namespace of their own, holding nothing but
+// loopback (with a TEST-NET address, which the policy allows, and a route
+// for another TEST-NET range that goes nowhere): every socket the stack
+// opens, and every packet, stays in that namespace.
+
+var (
+	nsServer  = netip.MustParseAddr("203.0.113.7")  // on lo
+	nsVoid    = netip.MustParseAddr("198.51.100.2") // via the dummy: never answers
+	nsVoidNet = netip.MustParsePrefix("198.51.100.0/24")
+)
+
+// inPrivateNetns runs f on a thread in a new network namespace set up as
+// above. The thread is never unlocked: it ends with f's goroutine.
+func inPrivateNetns(t *testing.T, f func()) {
+	t.Helper()
+	testutil.NeedsRoot(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Errorf("unshare: %v", err)
+			return
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err == nil {
+			err = netlink.LinkSetUp(lo)
+		}
+		if err == nil {
+			err = netlink.AddrAdd(lo, &netlink.Addr{IPNet: netipNet(netip.PrefixFrom(nsServer, 32))})
+		}
+		if err == nil {
+			// Routed to lo but not local: dropped there, unanswered.
+			err = netlink.RouteAdd(&netlink.Route{Dst: netipNet(nsVoidNet), LinkIndex: lo.Attrs().Index, Scope: netlink.SCOPE_LINK})
+		}
+		if err != nil {
+			t.Errorf("set up the namespace: %v", err)
+			return
+		}
+		f()
+	}()
+	<-done
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+func netipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// newNativeHarness is a stack with the default policy and its own
+// sockets, on a channel endpoint.
+func newNativeHarness(t *testing.T, dialTimeout time.Duration) *harness {
+	t.Helper()
+	h := &harness{ep: channel.New(64, 65520, ""), blocks: &blocks{}}
+	st, err := New(h.ep, Config{
+		Policy:      netpolicy.MustNew(netpolicy.Config{}),
+		OnBlock:     h.blocks.add,
+		Logf:        t.Logf,
+		DialTimeout: dialTimeout,
+		NoJanitor:   true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.st = st
+	t.Cleanup(func() {
+		st.Close()
+		h.ep.Close()
+	})
+	h.base = runtime.NumGoroutine()
+	return h
+}
+
+// A connection through the stack's own socket: the SYN is answered once
+// the connect completes; a server that speaks first is heard only after
+// the sandbox's handshake ACK (its data waits in the socket meanwhile);
+// data flows both ways; the server's close reaches the sandbox as a FIN.
+func TestNativeTCPConnectsAndRelays(t *testing.T) {
+	inPrivateNetns(t, func() {
+		ln, err := net.Listen("tcp4", netip.AddrPortFrom(nsServer, 8080).String())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ln.Close()
+		got := make(chan []byte, 1)
+		greeted := make(chan struct{})
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				got <- nil
+				return
+			}
+			defer c.Close()
+			_, _ = c.Write([]byte("hello"))
+			close(greeted)
+			b := make([]byte, 4)
+			_, err = io.ReadFull(c, b)
+			if err != nil {
+				b = nil
+			}
+			got <- b
+		}()
+		h := newNativeHarness(t, 5*time.Second)
+		src := netip.AddrPortFrom(jail4, 42000)
+		dst := netip.AddrPortFrom(nsServer, 8080)
+		h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagSyn, seq: 100}.bytes())
+		o := readOut(t, h.ep)
+		if f := o.tcp().Flags(); f != header.TCPFlagSyn|header.TCPFlagAck || o.tcp().AckNumber() != 101 {
+			t.Errorf("answer to the SYN: %v ack %d, want SYN-ACK acking 101", f, o.tcp().AckNumber())
+			return
+		}
+		iss := o.tcp().SequenceNumber()
+		<-greeted // the greeting waits in the socket until the handshake ends
+		if h.ep.NumQueued() != 0 {
+			t.Errorf("%d packets before the handshake ended", h.ep.NumQueued())
+		}
+		h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck, seq: 101, ack: iss + 1}.bytes())
+		o = readOut(t, h.ep)
+		if p := o.tcpPayload(); !bytes.Equal(p, []byte("hello")) || o.tcp().SequenceNumber() != iss+1 {
+			t.Errorf("after the handshake: %q at %d, want the greeting at %d", p, o.tcp().SequenceNumber(), iss+1)
+			return
+		}
+		h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 101, ack: iss + 6, payload: []byte("ping")}.bytes())
+		if b := <-got; !bytes.Equal(b, []byte("ping")) {
+			t.Errorf("the server read %q, want ping", b)
+			return
+		}
+		// The server closed after reading: a FIN follows (after the
+		// ACK of ping, if that went alone).
+		for {
+			o = readOut(t, h.ep)
+			if o.tcp().Flags().Contains(header.TCPFlagFin) {
+				break
+			}
+			if len(o.tcpPayload()) > 0 || o.tcp().Flags().Contains(header.TCPFlagRst) {
+				t.Errorf("before the FIN: %v %q", o.tcp().Flags(), o.tcpPayload())
+				return
+			}
+		}
+	})
+}
+
+// A destination that refuses (no listener) and one that never answers
+// (the dial times out) both give the sandbox a RST, never a SYN-ACK.
+func TestNativeTCPDialFailuresReset(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		dst  netip.AddrPort
+	}{
+		{"refused", netip.AddrPortFrom(nsServer, 8081)},
+		{"timed out", netip.AddrPortFrom(nsVoid, 80)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			inPrivateNetns(t, func() {
+				h := newNativeHarness(t, 300*time.Millisecond)
+				src := netip.AddrPortFrom(jail4, 42001)
+				h.send(tcpSeg{src: src, dst: tt.dst, flags: header.TCPFlagSyn, seq: 7}.bytes())
+				o := readOut(t, h.ep)
+				if f := o.tcp().Flags(); !f.Contains(header.TCPFlagRst) || f.Contains(header.TCPFlagSyn) || o.tcp().AckNumber() != 8 {
+					t.Errorf("answer: %v ack %d, want RST acking 8", f, o.tcp().AckNumber())
+				}
+			})
+		})
+	}
+}
+
+// UDP through the stack's own socket: a datagram goes out, the reply
+// comes back framed from the destination to the sandbox's port.
+func TestNativeUDPRelays(t *testing.T) {
+	inPrivateNetns(t, func() {
+		pc, err := net.ListenPacket("udp4", netip.AddrPortFrom(nsServer, 5353).String())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer pc.Close()
+		go func() {
+			b := make([]byte, 64)
+			n, from, err := pc.ReadFrom(b)
+			if err == nil {
+				_, _ = pc.WriteTo(append([]byte("re:"), b[:n]...), from)
+			}
+		}()
+		h := newNativeHarness(t, 5*time.Second)
+		src := netip.AddrPortFrom(jail4, 42002)
+		dst := netip.AddrPortFrom(nsServer, 5353)
+		h.send(udpBytes(src, dst, []byte("q")))
+		o := readOut(t, h.ep)
+		if o.proto != header.UDPProtocolNumber || o.src != nsServer || o.dst != jail4 ||
+			o.udp().SourcePort() != 5353 || o.udp().DestinationPort() != 42002 || string(o.udp().Payload()) != "re:q" {
+			t.Errorf("reply: proto %d %v:%d -> %v:%d %q", o.proto, o.src, o.udp().SourcePort(), o.dst, o.udp().DestinationPort(), o.udp().Payload())
+		}
+	})
+}
