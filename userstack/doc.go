@@ -7,7 +7,8 @@
 // [netpolicy.Policy] before anything is dialed. A blocked TCP connection
 // gets a RST at once and a blocked UDP datagram an ICMP port unreachable,
 // and both are reported as a [netpolicy.Block]. Allowed TCP connections are
-// dialed through the injected [Dialer] (with a timeout) and then relayed
+// dialed (with a timeout; on the stack's own non-blocking sockets, or
+// through a [Dialer] the embedder supplies) and then relayed
 // segment by segment: the stack keeps only the sandbox-facing TCP state
 // (sequence numbers, both windows, unacknowledged data; retransmission on
 // a timeout or three duplicate ACKs) and maps segments onto the host
@@ -26,9 +27,14 @@
 // fragments are reassembled, extension headers, odd addresses and
 // malformed packets are validated or dropped there, and ICMP (echo,
 // unreachables) is built there. Its TCP and UDP endpoints are not used;
-// its transport handlers hand segments and datagrams to the relay. [TUN],
-// the link endpoint for the jail's device, reads through Go's netpoller
-// with a virtio-net header, and passes ordinary TCP segments and the
+// its transport handlers hand segments and datagrams to the relay.
+//
+// All I/O runs on one event loop of the stack's own: a goroutine waits in
+// epoll_wait (level-triggered) on the TUN and on every host socket, none
+// of which Go's netpoller watches, runs the handler of each that is ready
+// and the relay's timers, and goes back to waiting, as pasta and
+// slirp4netns do. [TUN], the link endpoint for the jail's device, is read
+// there with a virtio-net header, and passes ordinary TCP segments and the
 // datagrams of known UDP flows straight to the relay (a fast path that
 // skips gVisor's receive path; the relay trusts them no more than the
 // others); what the relay sends goes out with one writev, the TCP checksum

@@ -141,6 +141,17 @@ func TestNativeTCPConnectsAndRelays(t *testing.T) {
 		}
 		h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck, seq: 101, ack: iss + 1}.bytes())
 		o = readOut(t, h.ep)
+		// An idle connection whose remote vanished must end: the host
+		// socket probes (the sandbox's own keepalives stop at the relay).
+		h.st.mu.Lock()
+		f := h.st.tcp[flowKey{src: src, dst: dst}]
+		h.st.mu.Unlock()
+		f.mu.Lock()
+		ka, kerr := unix.GetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE)
+		f.mu.Unlock()
+		if ka != 1 || kerr != nil {
+			t.Errorf("SO_KEEPALIVE on the host socket: %d %v, want 1", ka, kerr)
+		}
 		if p := o.tcpPayload(); !bytes.Equal(p, []byte("hello")) || o.tcp().SequenceNumber() != iss+1 {
 			t.Errorf("after the handshake: %q at %d, want the greeting at %d", p, o.tcp().SequenceNumber(), iss+1)
 			return

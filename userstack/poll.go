@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -43,6 +44,7 @@ type poller struct {
 	sleepUntil int64 // nanoseconds since base
 	closed     bool
 	done       chan struct{}
+	turns      atomic.Uint64 // epoll_wait returns (tests: nothing spins)
 }
 
 // pollHandler is told which events a registered descriptor has.
@@ -66,7 +68,12 @@ type pollFD struct {
 	added  bool
 }
 
-const pollBatch = 128
+const (
+	pollBatch = 128
+	// maxWaitMS keeps epoll_wait's timeout in its 32 bits (a timer further
+	// away is simply looked at again after it).
+	maxWaitMS = 1 << 30
+)
 
 func newPoller() (*poller, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -124,9 +131,15 @@ func (p *poller) set(pf *pollFD, events uint32, h pollHandler) error {
 	return nil
 }
 
-// forget drops pf's registration; call it before closing the descriptor
-// (closing takes it out of the epoll set).
+// forget drops pf's registration; call it before closing the descriptor.
+// It takes the descriptor out of the epoll set first: closing it would do
+// that only if no other reference to the open file were left, and one can
+// be (a child between fork and exec, a Dialer's own duplicate), which would
+// keep reporting a level-triggered event nobody can take any more.
 func (p *poller) forget(pf *pollFD) {
+	if pf.added {
+		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, pf.fd, nil)
+	}
 	p.mu.Lock()
 	if r, ok := p.regs[int32(pf.fd)]; ok && r.gen == pf.gen {
 		delete(p.regs, int32(pf.fd))
@@ -136,7 +149,7 @@ func (p *poller) forget(pf *pollFD) {
 }
 
 // close stops the loop and waits for it. Handlers still registered are
-// not told.
+// not told. It must not be called from a handler or a timer callback.
 func (p *poller) close() {
 	p.mu.Lock()
 	if p.closed {
@@ -171,6 +184,7 @@ func (p *poller) run() {
 			return
 		}
 		n, err := unix.EpollWait(p.epfd, evs, timeout)
+		p.turns.Add(1)
 		p.mu.Lock()
 		p.sleeping = false
 		p.mu.Unlock()
@@ -219,7 +233,8 @@ func (p *poller) beforeWait() (int, bool) {
 		return 0, true
 	}
 	p.sleeping, p.sleepUntil = true, at
-	return int((d + int64(time.Millisecond) - 1) / int64(time.Millisecond)), true
+	ms := (d + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+	return int(min(ms, maxWaitMS)), true
 }
 
 // loopTimer is a timer whose callback runs on the loop. Go's timers run

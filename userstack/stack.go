@@ -233,7 +233,9 @@ func tcpipErr(what string, err tcpip.Error) error {
 }
 
 // Close stops forwarding, closes every flow and waits for every goroutine
-// the stack started.
+// the stack started. It must not be called from the stack's own callbacks
+// (Logf, OnBlock, the TUN's onError, a Dialer), which may run on the event
+// loop it waits for.
 func (st *Stack) Close() {
 	st.mu.Lock()
 	if st.closed {

@@ -76,6 +76,11 @@ const (
 	tcpSynRetries = 5
 	// maxIovecs is the kernel's limit on one writev (IOV_MAX).
 	maxIovecs = 1024
+	// The host sockets' keepalive, Go's net package's defaults: probes
+	// after 15 s idle, every 15 s, 9 unanswered ones end the connection.
+	tcpKeepIdle  = 15
+	tcpKeepIntvl = 15
+	tcpKeepCnt   = 9
 )
 
 type tcpState uint8
@@ -451,8 +456,16 @@ func dialSocket(typ int, to netip.AddrPort) (int, error) {
 	}
 	if typ == unix.SOCK_STREAM {
 		// As Go's net package does: each segment the sandbox sends
-		// leaves at once (the sandbox's own stack already batched).
+		// leaves at once (the sandbox's own stack already batched), and
+		// keepalives find a remote end that vanished (or a NAT that
+		// forgot the connection) on an idle connection, which then ends
+		// with a RST to the sandbox. The sandbox's own keepalives stop
+		// at the relay, which answers them.
 		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, tcpKeepIdle)
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, tcpKeepIntvl)
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPCNT, tcpKeepCnt)
 	}
 	if err := unix.Connect(fd, sa); err != nil && err != unix.EINPROGRESS {
 		unix.Close(fd)
@@ -483,7 +496,7 @@ func (f *tcpFlow) pollReady(events uint32) {
 	if f.writing && events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		f.flush()
 	}
-	if f.state == tcpEstablished && f.reading {
+	if f.state == tcpEstablished && f.reading && events&(unix.EPOLLIN|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		f.readSome()
 	}
 }

@@ -3,6 +3,7 @@ package userstack
 import (
 	"encoding/binary"
 	"errors"
+	"io"
 	"net/netip"
 	"os"
 	"sync"
@@ -179,7 +180,7 @@ func (t *TUN) Close() {
 		return
 	}
 	t.mu.Lock()
-	if t.pfd.added {
+	if t.poll != nil {
 		t.poll.forget(&t.pfd)
 	}
 	f := t.onClose
@@ -288,8 +289,9 @@ var writers = sync.Pool{New: func() any { return &tunWrite{} }}
 
 // tunFullWait bounds how long a write waits for room in a full device
 // queue (a TUN device's never fills; a test's socket pair can) before the
-// packet is dropped.
-const tunFullWait = time.Second
+// packet is dropped. The wait holds up the event loop, every flow with it:
+// short.
+const tunFullWait = 10 * time.Millisecond
 
 // writev writes iov (in w's memory) as one datagram.
 func (t *TUN) writev(w *tunWrite, iov []unix.Iovec) error {
@@ -369,6 +371,9 @@ func (t *TUN) pollReady(uint32) {
 		switch {
 		case err == unix.EAGAIN || err == unix.EINTR:
 			return
+		case err == nil && n == 0:
+			err = io.EOF // a TUN never reads empty; a closed socket pair does
+			fallthrough
 		case err != nil:
 			// The device went away: stop watching it (level-triggered,
 			// an error would be reported on every turn).

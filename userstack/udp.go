@@ -67,7 +67,7 @@ func (f *udpFlow) sendv(parts [][]byte) {
 // pollReady frames a datagram the host side received as a reply to the
 // sandbox's socket; a socket error (such as an ICMP unreachable) ends the
 // flow. One datagram a turn: the socket stays readable while more wait.
-func (f *udpFlow) pollReady(uint32) {
+func (f *udpFlow) pollReady(events uint32) {
 	st := f.st
 	if st.udpBuf == nil { // only the loop uses it
 		st.udpBuf = make([]byte, udpHeadroom+65535)
@@ -80,6 +80,13 @@ func (f *udpFlow) pollReady(uint32) {
 	}
 	f.mu.Unlock()
 	switch {
+	case (err == unix.EAGAIN || err == unix.EINTR) && events&unix.EPOLLERR != 0:
+		// An error the read does not clear (one queued on a socket with
+		// IP_RECVERR, which a Dialer may set) would be reported on every
+		// turn: end the flow, as any error does; the next datagram
+		// opens a new one.
+		st.dropFlow(f.key, f)
+		return
 	case err == unix.EAGAIN || err == unix.EINTR:
 		return
 	case err != nil:

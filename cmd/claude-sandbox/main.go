@@ -169,12 +169,12 @@ func launch(verb string, opts plan.Options, logBlocked string, dryRun bool, stdo
 			jo.Log, jo.Summary = f, nil
 		}
 		nopts.Jail = jail.New(setup, jo)
-		// The launcher now carries the sandbox's traffic. One P serves it
-		// best: with more, hand-offs between the TUN reader and the
-		// relay's goroutines wake a second thread, and on the 2-core
-		// machines measured that cost round-trip latency, download rate
-		// and up to half the connection rate (README, egress jail).
-		// GOMAXPROCS in the environment still decides.
+		// The launcher now carries the sandbox's traffic, on the
+		// userstack's event loop (one thread). One P serves it: a second
+		// bought nothing on the 2-core machines measured and cost about a
+		// tenth more CPU per connection (README, egress jail); with the
+		// goroutine-per-flow design before the loop it cost up to half the
+		// connection rate. GOMAXPROCS in the environment still decides.
 		if os.Getenv("GOMAXPROCS") == "" {
 			runtime.GOMAXPROCS(1)
 		}
