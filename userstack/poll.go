@@ -3,6 +3,7 @@ package userstack
 import (
 	"container/heap"
 	"encoding/binary"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,6 +179,7 @@ func (p *poller) run() {
 	evs := make([]unix.EpollEvent, pollBatch)
 	var due []*loopTimer
 	var drain [8]byte
+	var turns uint
 	for {
 		timeout, ok := p.beforeWait()
 		if !ok {
@@ -211,8 +213,17 @@ func (p *poller) run() {
 			t.fire()
 			due[i] = nil
 		}
+		if turns++; turns%yieldEvery == 0 {
+			runtime.Gosched()
+		}
 	}
 }
+
+// yieldEvery: the loop passes through the scheduler every this many
+// turns. A goroutine that never does looks to the runtime's monitor like
+// one that has run on for over 10 ms, and the monitor then takes its P
+// away at each system call, which sends the loop from thread to thread.
+const yieldEvery = 256
 
 // beforeWait returns epoll_wait's timeout for the next timer (in whole
 // milliseconds, rounded up: a timer never fires early), and false once
