@@ -170,11 +170,11 @@ func launch(verb string, opts plan.Options, logBlocked string, dryRun bool, stdo
 		}
 		nopts.Jail = jail.New(setup, jo)
 		// The launcher now carries the sandbox's traffic, on the
-		// userstack's event loop (one thread). One P serves it: a second
-		// bought nothing on the 2-core machines measured and cost about a
-		// tenth more CPU per connection (README, egress jail); with the
-		// goroutine-per-flow design before the loop it cost up to half the
-		// connection rate. GOMAXPROCS in the environment still decides.
+		// userstack's event loop. One P keeps that loop on one thread:
+		// with a second, the scheduler moves the loop between threads
+		// (each move a wake-up), which measured no faster on the 2-core
+		// machines and about a tenth more CPU per connection (README,
+		// egress jail). GOMAXPROCS in the environment still decides.
 		if os.Getenv("GOMAXPROCS") == "" {
 			runtime.GOMAXPROCS(1)
 		}
