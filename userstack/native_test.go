@@ -12,7 +12,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
@@ -75,24 +74,8 @@ func netipNet(p netip.Prefix) *net.IPNet {
 // sockets, on a channel endpoint.
 func newNativeHarness(t *testing.T, dialTimeout time.Duration) *harness {
 	t.Helper()
-	h := &harness{ep: channel.New(64, 65520, ""), blocks: &blocks{}}
-	st, err := New(h.ep, Config{
-		Policy:      netpolicy.MustNew(netpolicy.Config{}),
-		OnBlock:     h.blocks.add,
-		Logf:        t.Logf,
-		DialTimeout: dialTimeout,
-		NoJanitor:   true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.st = st
-	t.Cleanup(func() {
-		st.Close()
-		h.ep.Close()
-	})
-	h.base = runtime.NumGoroutine()
-	return h
+	h := &harness{blocks: &blocks{}}
+	return h.start(t, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), DialTimeout: dialTimeout})
 }
 
 // A connection through the stack's own socket: the SYN is answered once

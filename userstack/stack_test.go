@@ -147,12 +147,11 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	h := &harness{
-		ep:     channel.New(64, 65520, ""),
 		dialer: newFakeDialer(),
 		blocks: &blocks{},
 		clock:  &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
 	}
-	st, err := New(h.ep, Config{
+	return h.start(t, Config{
 		Policy: netpolicy.MustNew(netpolicy.Config{
 			Allow: []netip.Prefix{netip.MustParsePrefix("192.168.1.50/32")},
 		}),
@@ -160,12 +159,18 @@ func newHarness(t *testing.T) *harness {
 		Gateways:       []netip.Addr{gateway4},
 		VirtualDNS:     []netip.Addr{dns4},
 		Upstreams:      []netip.AddrPort{upstream},
-		OnBlock:        h.blocks.add,
-		Logf:           t.Logf,
 		UDPIdleTimeout: time.Minute,
 		Now:            h.clock.now,
-		NoJanitor:      true,
 	})
+}
+
+// start runs a stack with cfg (its blocks recorded in h, its log in t's,
+// no janitor) on a new channel endpoint, both closed with the test.
+func (h *harness) start(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	h.ep = channel.New(64, 65520, "")
+	cfg.OnBlock, cfg.Logf, cfg.NoJanitor = h.blocks.add, t.Logf, true
+	st, err := New(h.ep, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
