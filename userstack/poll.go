@@ -166,6 +166,14 @@ func (p *poller) close() {
 	unix.Close(p.wake)
 }
 
+// registered returns how many descriptors have a registration (those of
+// live flows and the TUN; a flow's outlasting it would be a leak).
+func (p *poller) registered() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.regs)
+}
+
 func (p *poller) signal() {
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)

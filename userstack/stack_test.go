@@ -184,23 +184,30 @@ func (h *harness) start(t *testing.T, cfg Config) *harness {
 }
 
 // settle polls, boundedly, until the goroutine count is back to at most
-// the baseline: no goroutine outlived its flow. Workers parked idle in the
-// stack's pool belong to no flow and are not counted.
+// the baseline and the event loop watches no descriptor beyond the live
+// flows': no goroutine or socket outlived its flow. Workers parked idle in
+// the stack's pool belong to no flow and are not counted.
 func (h *harness) settle(t *testing.T) {
 	t.Helper()
+	regs, live := 0, 0
 	for range 2000 {
 		idle := 0
 		if h.st != nil {
 			idle = h.st.work.Idle()
+			regs = h.st.poll.registered()
+			h.st.mu.Lock()
+			live = len(h.st.tcp) + len(h.st.flows)
+			h.st.mu.Unlock()
 		}
-		if runtime.NumGoroutine()-idle <= h.base {
+		if runtime.NumGoroutine()-idle <= h.base && regs <= live {
 			return
 		}
 		runtime.Gosched()
 		time.Sleep(5 * time.Millisecond)
 	}
 	buf := make([]byte, 1<<20)
-	t.Fatalf("goroutines: %d, want <= %d\n%s", runtime.NumGoroutine(), h.base, buf[:runtime.Stack(buf, true)])
+	t.Fatalf("goroutines: %d, want <= %d; descriptors watched: %d for %d live flows\n%s",
+		runtime.NumGoroutine(), h.base, regs, live, buf[:runtime.Stack(buf, true)])
 }
 
 func (h *harness) send(proto tcpip.NetworkProtocolNumber, b []byte) { inject(h.ep, proto, b) }
