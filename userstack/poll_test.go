@@ -3,6 +3,7 @@ package userstack
 import (
 	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,5 +131,33 @@ func TestTUNReadEndReported(t *testing.T) {
 	quiet(t, st.poll)
 	if len(errs) != 0 {
 		t.Fatalf("reported %d more times", len(errs))
+	}
+}
+
+// A virtio-net header length the endpoint cannot hold is refused when the
+// stack attaches, through onError, not taken as some other length.
+func TestTUNBadHeaderLengthRefused(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[1])
+	errs := make(chan error, 1)
+	tun := NewTUN(os.NewFile(uintptr(fds[0]), "tun-test"), 65520, vnetHdrMax+1, func(err error) { errs <- err })
+	st, err := New(tun, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), Dialer: newFakeDialer(), NoJanitor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	select {
+	case err := <-errs:
+		if !strings.Contains(err.Error(), "virtio-net header length 17") {
+			t.Fatalf("onError(%v), want the header length named", err)
+		}
+	default:
+		t.Fatal("a 17-byte virtio-net header was not refused")
+	}
+	if st.poll.registered() != 0 {
+		t.Fatal("the refused device is watched")
 	}
 }

@@ -3,6 +3,7 @@ package userstack
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -50,6 +51,7 @@ type TUN struct {
 	rx         *tunRx  // the reader's buffers; the loop's only
 
 	closed atomic.Bool
+	bad    error // why the endpoint cannot start (NewTUN), reported at Attach
 
 	// Set by the stack before it attaches: tcp takes ordinary TCP
 	// segments straight from the reader, udp ordinary datagrams of
@@ -60,16 +62,26 @@ type TUN struct {
 
 // NewTUN returns an endpoint on f, which must be a non-blocking TUN
 // descriptor; the endpoint owns it. vnetHdrLen is the virtio-net header
-// length the device was set up with (0: none). onError, if set, hears a read error
-// that was not caused by Close (the device went away).
+// length the device was set up with (0: none; at most 16). onError, if
+// set, hears a read error that was not caused by Close (the device went
+// away), and the reason the endpoint cannot start (a bad header length,
+// or f unusable).
 //
 // f itself is closed: the endpoint keeps a duplicate of its descriptor,
 // which Go's netpoller does not watch (the stack's event loop does).
 func NewTUN(f *os.File, mtu uint32, vnetHdrLen int, onError func(error)) *TUN {
-	t := &TUN{fd: -1, vnet: min(max(vnetHdrLen, 0), vnetHdrMax), onError: onError}
+	t := &TUN{fd: -1, vnet: vnetHdrLen, onError: onError}
 	t.mtu.Store(mtu)
-	if fd, err := detachFile(f); err == nil {
-		t.fd = fd // else every I/O fails with os.ErrClosed
+	fd, err := detachFile(f)
+	switch {
+	case err != nil:
+		t.bad = fmt.Errorf("userstack: TUN descriptor: %w", err)
+	case vnetHdrLen < 0 || vnetHdrLen > vnetHdrMax:
+		unix.Close(fd)
+		t.bad = fmt.Errorf("userstack: virtio-net header length %d, want 0 to %d", vnetHdrLen, vnetHdrMax)
+		t.vnet = 0
+	default:
+		t.fd = fd
 	}
 	return t
 }
@@ -133,6 +145,8 @@ func (t *TUN) Attach(d stack.NetworkDispatcher) {
 	case !start:
 	case t.poll == nil:
 		err = errors.New("userstack: a TUN endpoint runs only under the stack's New")
+	case t.bad != nil:
+		err = t.bad
 	case t.fd < 0:
 		err = os.ErrClosed
 	default:
