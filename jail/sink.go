@@ -9,6 +9,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack"
 )
 
 // SinkDevice is the jail's second TUN link: every blocked range is routed
@@ -114,41 +115,16 @@ func (s *sink) refuseTransport(pkt []byte, src, dst tcpip.Address, proto tcpip.T
 	return nil
 }
 
-// ipHeader writes an IP header from src to dst (the refused packet's
-// destination answers its source) for a transport payload of n bytes, and
-// returns the whole packet's buffer and the transport part of it.
-func ipHeader(src, dst tcpip.Address, proto tcpip.TransportProtocolNumber, n int, v6 bool) (pkt, transport []byte) {
-	if v6 {
-		pkt = make([]byte, header.IPv6MinimumSize+n)
-		header.IPv6(pkt).Encode(&header.IPv6Fields{PayloadLength: uint16(n), TransportProtocol: proto, HopLimit: 64, SrcAddr: src, DstAddr: dst})
-		return pkt, pkt[header.IPv6MinimumSize:]
-	}
-	pkt = make([]byte, header.IPv4MinimumSize+n)
-	ip := header.IPv4(pkt)
-	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(pkt)), TTL: 64, Protocol: uint8(proto), SrcAddr: src, DstAddr: dst})
-	ip.SetChecksum(^ip.CalculateChecksum())
-	return pkt, pkt[header.IPv4MinimumSize:]
-}
-
 // tcpReset answers seg (sent from src to dst) with a RST, as RFC 9293
 // says a closed port does.
 func tcpReset(src, dst tcpip.Address, seg header.TCP, v6 bool) []byte {
-	pkt, tb := ipHeader(dst, src, header.TCPProtocolNumber, header.TCPMinimumSize, v6)
-	f := header.TCPFields{SrcPort: seg.DestinationPort(), DstPort: seg.SourcePort(), DataOffset: header.TCPMinimumSize}
-	if seg.Flags().Contains(header.TCPFlagAck) {
-		f.SeqNum, f.Flags = seg.AckNumber(), header.TCPFlagRst
-	} else {
-		n := uint32(len(seg.Payload()))
-		if seg.Flags().Contains(header.TCPFlagSyn) {
-			n++
-		}
-		if seg.Flags().Contains(header.TCPFlagFin) {
-			n++
-		}
-		f.AckNum, f.Flags = seg.SequenceNumber()+n, header.TCPFlagRst|header.TCPFlagAck
+	seq, ack, flags, ok := userstack.ResetFor(seg, len(seg.Payload()))
+	if !ok {
+		return nil
 	}
+	pkt, tb := userstack.NewIPPacket(v6, header.TCPProtocolNumber, header.TCPMinimumSize, dst, src)
 	tcp := header.TCP(tb)
-	tcp.Encode(&f)
+	tcp.Encode(&header.TCPFields{SrcPort: seg.DestinationPort(), DstPort: seg.SourcePort(), DataOffset: header.TCPMinimumSize, SeqNum: seq, AckNum: ack, Flags: flags})
 	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, dst, src, uint16(len(tb)))
 	tcp.SetChecksum(^tcp.CalculateChecksum(xsum))
 	return pkt
@@ -159,7 +135,7 @@ func tcpReset(src, dst tcpip.Address, seg header.TCP, v6 bool) []byte {
 func icmp4Unreachable(orig []byte, src, dst tcpip.Address, code header.ICMPv4Code) []byte {
 	ip := header.IPv4(orig)
 	quote := orig[:min(len(orig), int(ip.HeaderLength())+8)]
-	pkt, tb := ipHeader(dst, src, header.ICMPv4ProtocolNumber, header.ICMPv4MinimumSize+len(quote), false)
+	pkt, tb := userstack.NewIPPacket(false, header.ICMPv4ProtocolNumber, header.ICMPv4MinimumSize+len(quote), dst, src)
 	ic := header.ICMPv4(tb)
 	ic.SetType(header.ICMPv4DstUnreachable)
 	ic.SetCode(code)
@@ -172,7 +148,7 @@ func icmp4Unreachable(orig []byte, src, dst tcpip.Address, code header.ICMPv4Cod
 // of the packet as fits the minimum MTU).
 func icmp6Unreachable(orig []byte, src, dst tcpip.Address, code header.ICMPv6Code) []byte {
 	quote := orig[:min(len(orig), header.IPv6MinimumMTU-header.IPv6MinimumSize-header.ICMPv6DstUnreachableMinimumSize)]
-	pkt, tb := ipHeader(dst, src, header.ICMPv6ProtocolNumber, header.ICMPv6DstUnreachableMinimumSize+len(quote), true)
+	pkt, tb := userstack.NewIPPacket(true, header.ICMPv6ProtocolNumber, header.ICMPv6DstUnreachableMinimumSize+len(quote), dst, src)
 	ic := header.ICMPv6(tb)
 	ic.SetType(header.ICMPv6DstUnreachable)
 	ic.SetCode(code)

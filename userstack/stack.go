@@ -316,6 +316,19 @@ func encodeIP(hdr []byte, v6 bool, proto tcpip.TransportProtocolNumber, l4Len in
 	return nil
 }
 
+// NewIPPacket returns a packet from src to dst (IPv6 when v6) with room
+// for l4Len bytes of protocol proto after its IP header, the header
+// written, and that transport part of it; l4Len must fit the IP length
+// field. The jail's sink frames its answers with it.
+func NewIPPacket(v6 bool, proto tcpip.TransportProtocolNumber, l4Len int, src, dst tcpip.Address) (pkt, transport []byte) {
+	ipLen := ipHeaderLen(v6)
+	pkt = make([]byte, ipLen+l4Len)
+	if err := encodeIP(pkt, v6, proto, l4Len, src, dst); err != nil {
+		panic(err) // a caller's bug: nothing it frames comes near 64 KiB
+	}
+	return pkt, pkt[ipLen:]
+}
+
 // writeIP frames the transport bytes after pkt's first ipHeaderLen bytes
 // in an IP header there and writes the packet to the sandbox: replies the
 // stack frames itself (UDP, ICMP echo).

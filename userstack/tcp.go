@@ -217,27 +217,34 @@ func (st *Stack) tcpInput(in *tcpIn) {
 	f.segment(in)
 }
 
-// rejectTCP answers a segment that belongs to no flow with a RST, as a
-// closed port does (RFC 9293 3.10.7.1).
+// ResetFor returns the sequence number, acknowledgement number and flags
+// of the RST that answers seg (carrying n payload bytes) as a closed port
+// does (RFC 9293 3.10.7.1); ok is false for a RST, which gets no answer.
+// The jail's sink answers blocked segments with it too.
+func ResetFor(seg header.TCP, n int) (seq, ack uint32, flags header.TCPFlags, ok bool) {
+	in := seg.Flags()
+	if in.Contains(header.TCPFlagRst) {
+		return 0, 0, 0, false
+	}
+	if in.Contains(header.TCPFlagAck) {
+		return seg.AckNumber(), 0, header.TCPFlagRst, true
+	}
+	ack = seg.SequenceNumber() + uint32(n)
+	if in.Contains(header.TCPFlagSyn) {
+		ack++
+	}
+	if in.Contains(header.TCPFlagFin) {
+		ack++
+	}
+	return 0, ack, header.TCPFlagRst | header.TCPFlagAck, true
+}
+
+// rejectTCP answers a segment that belongs to no flow with a RST.
 func (st *Stack) rejectTCP(in *tcpIn) {
 	h := in.h
-	flags := h.Flags()
-	if flags.Contains(header.TCPFlagRst) {
+	seq, ack, out, ok := ResetFor(h, in.n)
+	if !ok {
 		return
-	}
-	var seq, ack uint32
-	out := header.TCPFlagRst
-	if flags.Contains(header.TCPFlagAck) {
-		seq = h.AckNumber()
-	} else {
-		ack = h.SequenceNumber() + uint32(in.n)
-		if flags.Contains(header.TCPFlagSyn) {
-			ack++
-		}
-		if flags.Contains(header.TCPFlagFin) {
-			ack++
-		}
-		out |= header.TCPFlagAck
 	}
 	seg := tcpSegment{v6: in.v6, src: in.local, dst: in.remote, srcPort: h.DestinationPort(), dstPort: h.SourcePort(), flags: out, seq: seq, ack: ack}
 	if err := st.writeTCP(&seg, nil); err != nil {

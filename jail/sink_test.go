@@ -1,0 +1,73 @@
+package jail
+
+import (
+	"net/netip"
+	"testing"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+)
+
+// segment builds an IPv4 TCP segment from src to dst.
+func segment(src, dst netip.AddrPort, flags header.TCPFlags, seq, ack uint32, payload string) []byte {
+	s, d := tcpip.AddrFrom4(src.Addr().As4()), tcpip.AddrFrom4(dst.Addr().As4())
+	l4 := header.TCPMinimumSize + len(payload)
+	pkt := make([]byte, header.IPv4MinimumSize+l4)
+	ip := header.IPv4(pkt)
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(pkt)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber), SrcAddr: s, DstAddr: d})
+	ip.SetChecksum(^ip.CalculateChecksum())
+	tcp := header.TCP(pkt[header.IPv4MinimumSize:])
+	tcp.Encode(&header.TCPFields{SrcPort: src.Port(), DstPort: dst.Port(), SeqNum: seq, AckNum: ack, DataOffset: header.TCPMinimumSize, Flags: flags, WindowSize: 1024})
+	copy(tcp[header.TCPMinimumSize:], payload)
+	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, s, d, uint16(l4))
+	tcp.SetChecksum(^tcp.CalculateChecksum(checksum.Checksum([]byte(payload), xsum)))
+	return pkt
+}
+
+// The sink answers what the kernel routes to it as a closed port would,
+// from the address the sandbox tried, and records only connection
+// attempts.
+func TestSinkResetsTCP(t *testing.T) {
+	var got []netpolicy.Block
+	s := &sink{pol: netpolicy.MustNew(netpolicy.Config{}), record: func(b netpolicy.Block) { got = append(got, b) }}
+	src := netip.MustParseAddrPort("192.0.2.2:40000")
+	dst := netip.MustParseAddrPort("10.1.2.3:22")
+	for _, tt := range []struct {
+		name     string
+		in       []byte
+		seq, ack uint32
+		flags    header.TCPFlags
+		blocks   int
+	}{
+		{"syn", segment(src, dst, header.TCPFlagSyn, 1000, 0, ""), 0, 1001, header.TCPFlagRst | header.TCPFlagAck, 1},
+		{"data with ack", segment(src, dst, header.TCPFlagAck|header.TCPFlagPsh, 5, 77, "abc"), 77, 0, header.TCPFlagRst, 0},
+		{"fin without ack", segment(src, dst, header.TCPFlagFin, 9, 0, "xy"), 0, 12, header.TCPFlagRst | header.TCPFlagAck, 0},
+	} {
+		got = nil
+		out := s.refuse(tt.in)
+		ip := header.IPv4(out)
+		if out == nil || !ip.IsValid(len(out)) || !ip.IsChecksumValid() {
+			t.Fatalf("%s: answer %x is not a valid IPv4 packet", tt.name, out)
+		}
+		tcp := header.TCP(ip.Payload())
+		from, to := ip.SourceAddress(), ip.DestinationAddress()
+		if from != tcpip.AddrFrom4(dst.Addr().As4()) || to != tcpip.AddrFrom4(src.Addr().As4()) || tcp.SourcePort() != 22 || tcp.DestinationPort() != 40000 {
+			t.Errorf("%s: answer %v:%d -> %v:%d", tt.name, from, tcp.SourcePort(), to, tcp.DestinationPort())
+		}
+		if tcp.SequenceNumber() != tt.seq || tcp.AckNumber() != tt.ack || tcp.Flags() != tt.flags {
+			t.Errorf("%s: answer seq %d ack %d %v, want %d %d %v", tt.name, tcp.SequenceNumber(), tcp.AckNumber(), tcp.Flags(), tt.seq, tt.ack, tt.flags)
+		}
+		if !tcp.IsChecksumValid(from, to, 0, 0) {
+			t.Errorf("%s: answer's TCP checksum is invalid", tt.name)
+		}
+		if len(got) != tt.blocks || (tt.blocks == 1 && (got[0].Dst != dst || got[0].Proto != netpolicy.ProtoTCP)) {
+			t.Errorf("%s: recorded %+v, want %d block(s) of tcp %v", tt.name, got, tt.blocks, dst)
+		}
+	}
+	if out := s.refuse(segment(src, dst, header.TCPFlagRst, 1, 0, "")); out != nil {
+		t.Errorf("a RST was answered: %x", out)
+	}
+}
