@@ -187,7 +187,7 @@ func (p *poller) run() {
 	evs := make([]unix.EpollEvent, pollBatch)
 	var due []*loopTimer
 	var drain [8]byte
-	var turns uint
+	lastYield := p.now()
 	for {
 		timeout, ok := p.beforeWait()
 		if !ok {
@@ -221,17 +221,19 @@ func (p *poller) run() {
 			t.fire()
 			due[i] = nil
 		}
-		if turns++; turns%yieldEvery == 0 {
+		if now := p.now(); now-lastYield >= int64(yieldAfter) {
 			runtime.Gosched()
+			lastYield = p.now()
 		}
 	}
 }
 
-// yieldEvery: the loop passes through the scheduler every this many
-// turns. A goroutine that never does looks to the runtime's monitor like
-// one that has run on for over 10 ms, and the monitor then takes its P
-// away at each system call, which sends the loop from thread to thread.
-const yieldEvery = 256
+// yieldAfter: the loop passes through the scheduler once this long has
+// gone by since it last did. A goroutine that never does looks to the
+// runtime's monitor like one that has run on for over 10 ms, and the
+// monitor then takes its P away at each system call, which sent the loop
+// from thread to thread (each move a wake-up of another thread).
+const yieldAfter = 2 * time.Millisecond
 
 // beforeWait returns epoll_wait's timeout for the next timer (in whole
 // milliseconds, rounded up: a timer never fires early), and false once
