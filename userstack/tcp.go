@@ -570,6 +570,12 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		// window probe, answered with the current ACK and window.
 		f.sendAck()
 	}
+	if f.early && f.state == tcpEstablished && f.reading {
+		// The host spoke first (a greeting, a banner) and its data waits
+		// in the socket: send it now rather than a turn of the loop later.
+		f.early = false
+		f.readSome()
+	}
 	f.maybeDone()
 }
 
