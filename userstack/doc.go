@@ -29,7 +29,8 @@
 // unreachables) is built there. Its TCP and UDP endpoints are not used;
 // its transport handlers hand segments and datagrams to the relay.
 //
-// All I/O runs on one event loop of the stack's own: a goroutine waits in
+// The relay's I/O runs on one event loop of the stack's own (only proxied
+// pings and a configured Dialer's dials run on goroutines): it waits in
 // epoll_wait (level-triggered) on the TUN and on every host socket, none
 // of which Go's netpoller watches, runs the handler of each that is ready
 // and the relay's timers, and goes back to waiting, as pasta and

@@ -211,3 +211,97 @@ func TestNativeUDPRelays(t *testing.T) {
 		}
 	})
 }
+
+// The cap on connections still opening holds for the stack's own
+// sockets: with destinations that never answer, a SYN over the cap is
+// dropped (no socket, no answer: the sandbox retries it), and room comes
+// back when a dial gives up.
+func TestNativeTCPCapsOpeningConnections(t *testing.T) {
+	inPrivateNetns(t, func() {
+		h := newNativeHarness(t, 300*time.Millisecond)
+		h.st.cfg.MaxInFlight = 2
+		dst := netip.AddrPortFrom(nsVoid, 80)
+		syn := func(port uint16) {
+			h.send(tcpSeg{src: netip.AddrPortFrom(jail4, port), dst: dst, flags: header.TCPFlagSyn, seq: 50}.bytes())
+		}
+		flows := func() (n int) {
+			h.st.mu.Lock()
+			defer h.st.mu.Unlock()
+			return len(h.st.tcp)
+		}
+		syn(42100)
+		syn(42101)
+		syn(42102) // over the cap
+		if n := flows(); n != 2 {
+			t.Errorf("%d flows opening, want 2 (the cap)", n)
+			return
+		}
+		if q := h.ep.NumQueued(); q != 0 {
+			t.Errorf("%d answers to SYNs still dialing or over the cap", q)
+			return
+		}
+		for range 2 { // both dials time out: RSTs
+			if o := readOut(t, h.ep); !o.tcp().Flags().Contains(header.TCPFlagRst) {
+				t.Errorf("a dial that timed out was answered with %v", o.tcp().Flags())
+				return
+			}
+		}
+		for i := 0; flows() != 0; i++ { // torn down just after the RSTs
+			if i == 2000 { // failsafe, not a timing assertion
+				t.Errorf("%d flows left after their dials gave up", flows())
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		syn(42102) // retried: room again
+		if n := flows(); n != 1 {
+			t.Errorf("%d flows after the retry, want 1", n)
+		}
+	})
+}
+
+// A UDP flow's host socket is connected to the destination the sandbox
+// chose: a datagram from anyone else to its port never reaches the
+// sandbox.
+func TestNativeUDPTakesOnlyTheDestinationsReplies(t *testing.T) {
+	inPrivateNetns(t, func() {
+		pc, err := net.ListenPacket("udp4", netip.AddrPortFrom(nsServer, 5354).String())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer pc.Close()
+		other, err := net.ListenPacket("udp4", netip.AddrPortFrom(nsServer, 5355).String())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer other.Close()
+		h := newNativeHarness(t, 5*time.Second)
+		src := netip.AddrPortFrom(jail4, 42003)
+		h.send(udpBytes(src, netip.AddrPortFrom(nsServer, 5354), []byte("q")))
+		b := make([]byte, 64)
+		_, from, err := pc.ReadFrom(b) // the flow's host socket, as the destination sees it
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		// Someone else writes to that socket first, then the
+		// destination answers.
+		if _, err := other.WriteTo([]byte("spoof"), from); err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := pc.WriteTo([]byte("real"), from); err != nil {
+			t.Error(err)
+			return
+		}
+		o := readOut(t, h.ep)
+		if o.proto != header.UDPProtocolNumber || string(o.udp().Payload()) != "real" || o.udp().SourcePort() != 5354 {
+			t.Errorf("the sandbox got %q from port %d, want only the destination's reply", o.udp().Payload(), o.udp().SourcePort())
+		}
+		if q := h.ep.NumQueued(); q != 0 {
+			t.Errorf("%d more packets reached the sandbox", q)
+		}
+	})
+}

@@ -20,10 +20,11 @@ import (
 // scheduler round per wake-up (a second, non-blocking epoll_wait among
 // it) and, its readiness being edge-triggered, a read that found nothing
 // before each wait: ten system calls per TCP round trip where this makes
-// six. Readiness here is level-triggered, so a handler reads once and
-// leaves the rest (or a queued EOF) for the next turn of the loop, and a
-// flow that cannot take more (its window to the sandbox is full) says so
-// by narrowing its interest.
+// six. Readiness here is level-triggered, so a handler reads no further
+// than a short read (or a burst's bound) and leaves the rest, or an EOF
+// queued behind the data, for the next turn of the loop; and a flow that
+// cannot take more (its window to the sandbox is full) says so by
+// narrowing its interest.
 //
 // The descriptors it waits on are not registered with Go's netpoller: a
 // conn from a Dialer is detached first (its descriptor duplicated, the
@@ -98,18 +99,17 @@ func newPoller() (*poller, error) {
 }
 
 // set makes pf's interest events, registering pf.fd with h on first use.
-// With events 0 the descriptor is taken out of the epoll set: errors and
+// With events 0 the descriptor stays in the set one-shot: errors and
 // hang-ups are reported whatever the interest, and level-triggered they
-// would be reported again and again to a registrant that cannot act yet.
+// would be reported again and again to a registrant that cannot act yet;
+// one-shot they are told once (the registrant meets them again when it
+// next reads or writes). A flow whose window to the sandbox fills and
+// opens again so costs one epoll_ctl each way and nothing more.
 func (p *poller) set(pf *pollFD, events uint32, h pollHandler) error {
 	if pf.added && pf.events == events {
 		return nil
 	}
-	if events == 0 {
-		if pf.added {
-			pf.added = false
-			return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, pf.fd, nil)
-		}
+	if events == 0 && !pf.added {
 		return nil
 	}
 	op := unix.EPOLL_CTL_MOD
@@ -121,7 +121,11 @@ func (p *poller) set(pf *pollFD, events uint32, h pollHandler) error {
 		p.regs[int32(pf.fd)] = pollReg{h: h, gen: pf.gen}
 		p.mu.Unlock()
 	}
-	ev := unix.EpollEvent{Events: events, Fd: int32(pf.fd), Pad: int32(pf.gen)}
+	mask := events
+	if events == 0 {
+		mask = unix.EPOLLONESHOT
+	}
+	ev := unix.EpollEvent{Events: mask, Fd: int32(pf.fd), Pad: int32(pf.gen)}
 	if err := unix.EpollCtl(p.epfd, op, pf.fd, &ev); err != nil {
 		if op == unix.EPOLL_CTL_ADD {
 			p.forget(pf)

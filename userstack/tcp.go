@@ -49,8 +49,9 @@ const (
 	// tcpSndBuf bounds the host's data in flight to the sandbox per flow.
 	tcpSndBuf = 4 << 20
 	// tcpAckDelay is how long a bare ACK waits for data to ride on, like
-	// a kernel's delayed ACK (shorter: Go's timers fire within about a
-	// millisecond at best), unless tcpAckEvery bytes are unacknowledged.
+	// a kernel's delayed ACK (shorter: the event loop's timers have
+	// millisecond resolution, epoll_wait's), unless tcpAckEvery bytes are
+	// unacknowledged.
 	tcpAckDelay = time.Millisecond
 	tcpAckEvery = 64 << 10
 	// Retransmission to the sandbox: the first timeout, its cap, and how
@@ -125,7 +126,7 @@ type tcpFlow struct {
 	// opening: counted in st.opening (dialing or SYN-RCVD). Set and
 	// cleared under both mu and st.mu; read under either.
 	opening bool
-	closed  bool // out.Close done or claimed
+	closed  bool // torn down (timers stopped, table entry removed)
 
 	// The sandbox's data, toward the host.
 	irs      uint32
@@ -152,7 +153,6 @@ type tcpFlow struct {
 	dupAcks  int
 	retries  int
 	rto      time.Duration
-	reading  bool // the host side is read (established, no EOF yet)
 
 	ackTimer loopTimer
 	ackArmed bool
@@ -360,9 +360,7 @@ func (f *tcpFlow) connect(target netip.AddrPort) {
 	f.mu.Lock()
 	defer f.unlock()
 	if err != nil {
-		f.st.cfg.Logf("userstack: dial tcp %s: %v", target, err)
-		f.sendReset()
-		f.state = tcpClosed
+		f.dialFailed(err)
 		return
 	}
 	f.fd, f.pfd.fd = fd, fd
@@ -380,13 +378,22 @@ func (f *tcpFlow) connected() {
 		err = syscall.Errno(n)
 	}
 	if err != nil {
-		f.st.cfg.Logf("userstack: dial tcp %s: %v", f.key.dst, err)
-		f.sendReset()
-		f.state = tcpClosed
+		f.dialFailed(err)
 		return
 	}
 	f.stopRTO()
 	f.hostUp()
+}
+
+// dialFailed gives the sandbox a RST for a SYN whose destination could
+// not be reached, as the destination itself would.
+func (f *tcpFlow) dialFailed(err error) {
+	if f.state != tcpDialing {
+		return // reset or closed meanwhile
+	}
+	f.st.cfg.Logf("userstack: dial tcp %s: %v", f.key.dst, err)
+	f.sendReset()
+	f.state = tcpClosed
 }
 
 // dial opens the host side through the configured Dialer (on a worker:
@@ -394,21 +401,11 @@ func (f *tcpFlow) connected() {
 func (f *tcpFlow) dial(target netip.AddrPort) {
 	st := f.st
 	defer st.wg.Done()
-	ctx, cancel := context.WithTimeout(st.ctx, st.cfg.DialTimeout)
-	out, err := st.cfg.Dialer.DialContext(ctx, "tcp", target.String())
-	cancel()
-	fd := -1
-	if err == nil {
-		fd, err = detachConn(out)
-	}
+	fd, err := st.dialConn("tcp", target)
 	f.mu.Lock()
 	defer f.unlock()
 	if err != nil {
-		st.cfg.Logf("userstack: dial tcp %s: %v", target, err)
-		if f.state == tcpDialing {
-			f.sendReset()
-			f.state = tcpClosed
-		}
+		f.dialFailed(err)
 		return
 	}
 	f.fd, f.pfd.fd = fd, fd // closed by unlock if the flow is
@@ -427,6 +424,21 @@ func (f *tcpFlow) hostUp() {
 	f.state = tcpSynRcvd
 	f.sendSynAck()
 	f.startRTO()
+}
+
+// errDialTimeout: the stack's own connect took longer than DialTimeout.
+var errDialTimeout = errors.New("timed out")
+
+// dialConn dials target through the configured Dialer, with the dial
+// timeout, and takes the conn's descriptor over (see detachConn).
+func (st *Stack) dialConn(network string, target netip.AddrPort) (int, error) {
+	ctx, cancel := context.WithTimeout(st.ctx, st.cfg.DialTimeout)
+	defer cancel()
+	out, err := st.cfg.Dialer.DialContext(ctx, network, target.String())
+	if err != nil {
+		return -1, err
+	}
+	return detachConn(out)
 }
 
 // errNoDescriptor: the Dialer's contract is a conn with a descriptor.
@@ -503,7 +515,7 @@ func (f *tcpFlow) pollReady(events uint32) {
 	if f.writing && events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		f.flush()
 	}
-	if f.state == tcpEstablished && f.reading && events&(unix.EPOLLIN|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+	if f.hostOpen() && events&(unix.EPOLLIN|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		f.readSome()
 	}
 }
@@ -557,7 +569,6 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		f.sndUna = ack
 		f.retries, f.rto = 0, tcpRTOMin
 		f.sndWnd = uint32(h.WindowSize()) << f.sndShift
-		f.reading = true
 	}
 	n := in.n
 	f.processAck(ack, uint32(h.WindowSize())<<f.sndShift, n == 0 && !flags.Contains(header.TCPFlagFin))
@@ -570,7 +581,7 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		// window probe, answered with the current ACK and window.
 		f.sendAck()
 	}
-	if f.early && f.state == tcpEstablished && f.reading {
+	if f.early && f.hostOpen() {
 		// The host spoke first (a greeting, a banner) and its data waits
 		// in the socket: send it now rather than a turn of the loop later.
 		f.early = false
@@ -585,7 +596,6 @@ func (f *tcpFlow) processAck(ack, wnd uint32, bare bool) {
 		f.sendAck() // acknowledges what was never sent
 		return
 	}
-	opened := false
 	switch {
 	case seqGT(ack, f.sndUna):
 		f.dropAcked(ack - f.sndUna)
@@ -594,7 +604,6 @@ func (f *tcpFlow) processAck(ack, wnd uint32, bare bool) {
 		if f.sndUna != f.sndNxt {
 			f.startRTO() // progress: the rest waits from now
 		}
-		opened = true
 	case ack == f.sndUna && bare && f.sndUna != f.sndNxt && wnd == f.sndWnd:
 		f.dupAcks++
 		if f.dupAcks == 3 {
@@ -607,11 +616,10 @@ func (f *tcpFlow) processAck(ack, wnd uint32, bare bool) {
 		// answers, as Linux's does.
 		f.retries = 0
 	}
-	if wnd != f.sndWnd {
-		opened = opened || wnd > f.sndWnd
-		f.sndWnd = wnd
+	f.sndWnd = wnd // a wider window: unlock reads the host again
+	if wnd == 0 && f.sndUna == f.sndNxt && f.hostOpen() && !f.rtoArmed {
+		f.startRTO() // a window probe, if the sandbox's update is lost
 	}
-	_ = opened // the host is read again (unlock widens the interest)
 }
 
 // dropAcked releases n acknowledged bytes (the FIN's sequence number
@@ -823,12 +831,10 @@ func (f *tcpFlow) readSome() {
 			return
 		case err != nil:
 			readBuffers.Put(buf)
-			f.reading = false
 			f.hostFailed(err)
 			return
 		case n == 0:
 			readBuffers.Put(buf)
-			f.reading = false
 			f.hostEOF = true
 			f.sendFin()
 			f.maybeDone()
@@ -968,14 +974,17 @@ func (f *tcpFlow) hostFailed(err error) {
 	f.st.cfg.Logf("userstack: tcp %s -> %s: host side: %v", f.key.src, f.key.dst, err)
 	f.sendReset()
 	f.reset = true
-	f.reading = false
 	f.state = tcpClosed
 }
+
+// hostOpen reports whether the host side is still read: established, and
+// no EOF from the host yet.
+func (f *tcpFlow) hostOpen() bool { return f.state == tcpEstablished && !f.hostEOF }
 
 // maybeDone ends a flow both sides have closed and acknowledged.
 func (f *tcpFlow) maybeDone() {
 	if f.state == tcpEstablished && f.finRcvd && f.shutWr && !f.writing &&
-		f.finSent && f.sndUna == f.sndNxt && !f.reading {
+		f.finSent && f.sndUna == f.sndNxt && !f.hostOpen() {
 		f.state = tcpClosed
 	}
 }
@@ -1034,16 +1043,14 @@ func (f *tcpFlow) onRTO() {
 	}
 	f.rtoArmed = false
 	if f.state == tcpDialing {
-		f.st.cfg.Logf("userstack: dial tcp %s: timed out", f.key.dst)
-		f.sendReset()
-		f.state = tcpClosed
+		f.dialFailed(errDialTimeout)
 		return
 	}
 	if f.state != tcpSynRcvd && f.state != tcpEstablished {
 		return
 	}
 	probe := f.state == tcpEstablished && f.sndUna == f.sndNxt
-	if probe && (f.space() > 0 || !f.reading) {
+	if probe && (f.space() > 0 || !f.hostOpen()) {
 		return // nothing outstanding, no window to probe
 	}
 	if left := f.rto - time.Since(f.rtoFrom); left > 0 {
@@ -1128,12 +1135,8 @@ func (f *tcpFlow) interest() uint32 {
 			ev = unix.EPOLLIN // just to hear of an error: data waits
 		}
 	case tcpEstablished:
-		if f.reading {
-			if f.space() > 0 {
-				ev |= unix.EPOLLIN
-			} else if f.sndUna == f.sndNxt && !f.rtoArmed {
-				f.startRTO() // a window probe, if the sandbox's update is lost
-			}
+		if f.hostOpen() && f.space() > 0 {
+			ev |= unix.EPOLLIN
 		}
 		if f.writing {
 			ev |= unix.EPOLLOUT

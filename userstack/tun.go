@@ -392,9 +392,7 @@ func (t *TUN) pollReady(uint32) {
 			// The device went away: stop watching it (level-triggered,
 			// an error would be reported on every turn).
 			t.mu.Lock()
-			if t.pfd.added {
-				_ = t.poll.set(&t.pfd, 0, t)
-			}
+			t.poll.forget(&t.pfd)
 			t.mu.Unlock()
 			t.readFailed(err)
 			return

@@ -1,7 +1,6 @@
 package userstack
 
 import (
-	"context"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -211,13 +210,7 @@ func (st *Stack) dialUDP(target netip.AddrPort) (int, error) {
 	if st.cfg.Dialer == nil {
 		return dialSocket(unix.SOCK_DGRAM, target)
 	}
-	ctx, cancel := context.WithTimeout(st.ctx, st.cfg.DialTimeout)
-	defer cancel()
-	out, err := st.cfg.Dialer.DialContext(ctx, "udp", target.String())
-	if err != nil {
-		return -1, err
-	}
-	return detachConn(out)
+	return st.dialConn("udp", target)
 }
 
 // udpHeadroom is the room pollReady leaves for the IPv6 and UDP headers.
