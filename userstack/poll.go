@@ -42,8 +42,8 @@ type poller struct {
 	regs       map[int32]pollReg
 	gen        uint32
 	timers     timerHeap
-	sleeping   bool  // in epoll_wait, until sleepUntil
-	sleepUntil int64 // nanoseconds since base
+	sleeping   atomic.Bool // in epoll_wait (set under mu), until sleepUntil
+	sleepUntil int64       // nanoseconds since base
 	closed     bool
 	done       chan struct{}
 	turns      atomic.Uint64 // epoll_wait returns (tests: nothing spins)
@@ -199,9 +199,9 @@ func (p *poller) run() {
 		}
 		n, err := unix.EpollWait(p.epfd, evs, timeout)
 		p.turns.Add(1)
-		p.mu.Lock()
-		p.sleeping = false
-		p.mu.Unlock()
+		// Awake: a timer armed from now on needs no signal. (One armed
+		// just before this may still signal: a spare turn, no more.)
+		p.sleeping.Store(false)
 		if err != nil && err != unix.EINTR {
 			// Only a bad epoll descriptor fails here: a bug, not a
 			// condition to wait out.
@@ -220,12 +220,13 @@ func (p *poller) run() {
 				r.h.pollReady(ev.Events)
 			}
 		}
-		due = p.expired(due[:0])
+		now := p.now()
+		due = p.expired(due[:0], now)
 		for i, t := range due {
 			t.fire()
 			due[i] = nil
 		}
-		if now := p.now(); now-lastYield >= int64(yieldAfter) {
+		if now-lastYield >= int64(yieldAfter) {
 			runtime.Gosched()
 			lastYield = p.now()
 		}
@@ -249,7 +250,8 @@ func (p *poller) beforeWait() (int, bool) {
 		return 0, false
 	}
 	if len(p.timers) == 0 {
-		p.sleeping, p.sleepUntil = true, 1<<62
+		p.sleeping.Store(true)
+		p.sleepUntil = 1 << 62
 		return -1, true
 	}
 	at := p.timers[0].at
@@ -257,7 +259,8 @@ func (p *poller) beforeWait() (int, bool) {
 	if d <= 0 {
 		return 0, true
 	}
-	p.sleeping, p.sleepUntil = true, at
+	p.sleeping.Store(true)
+	p.sleepUntil = at
 	ms := (d + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 	return int(min(ms, maxWaitMS)), true
 }
@@ -282,9 +285,9 @@ func (p *poller) arm(t *loopTimer, d time.Duration) {
 	} else {
 		heap.Push(&p.timers, t)
 	}
-	wake := p.sleeping && t.at < p.sleepUntil
+	wake := p.sleeping.Load() && t.at < p.sleepUntil
 	if wake {
-		p.sleeping = false
+		p.sleeping.Store(false)
 	}
 	p.mu.Unlock()
 	if wake {
@@ -302,13 +305,9 @@ func (p *poller) stop(t *loopTimer) {
 }
 
 // expired takes the due timers off the heap.
-func (p *poller) expired(due []*loopTimer) []*loopTimer {
+func (p *poller) expired(due []*loopTimer, now int64) []*loopTimer {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.timers) == 0 {
-		return due
-	}
-	now := p.now()
 	for len(p.timers) > 0 && p.timers[0].at <= now {
 		due = append(due, heap.Pop(&p.timers).(*loopTimer))
 	}
