@@ -12,9 +12,9 @@ import (
 )
 
 // poller is the relay's event loop: one goroutine waits in epoll_wait on
-// the TUN and on every host socket, and runs the handler of each that is
-// ready, and the timers that are due, on its own thread. pasta and
-// slirp4netns work the same way.
+// the TUN and on every host socket, and itself runs the handler of each
+// that is ready and the timers that are due. pasta and slirp4netns work
+// the same way.
 //
 // It replaced a goroutine per flow parked in Go's netpoller, which cost a
 // scheduler round per wake-up (a second, non-blocking epoll_wait among
