@@ -119,10 +119,11 @@ type tcpFlow struct {
 
 	mu    sync.Mutex
 	state tcpState
-	fd    int    // the host socket, -1 before the dial
-	pfd   pollFD // its registration on the event loop
-	early bool   // the host spoke before the sandbox's handshake ended
-	reset bool   // close the host socket with a RST (SO_LINGER 0)
+	// pollFD: the host socket (fd, -1 before the dial) and its
+	// registration on the event loop.
+	pollFD
+	early bool // the host spoke before the sandbox's handshake ended
+	reset bool // close the host socket with a RST (SO_LINGER 0)
 	// opening: counted in st.opening (dialing or SYN-RCVD). Set and
 	// cleared under both mu and st.mu; read under either.
 	opening bool
@@ -272,7 +273,7 @@ func (st *Stack) newTCP(in *tcpIn) {
 		v6:     in.v6,
 		src:    in.local,
 		dst:    in.remote,
-		fd:     -1,
+		pollFD: pollFD{fd: -1},
 		irs:    h.SequenceNumber(),
 		rcvNxt: h.SequenceNumber() + 1,
 		rto:    tcpRTOMin,
@@ -363,7 +364,7 @@ func (f *tcpFlow) connect(target netip.AddrPort) {
 		f.dialFailed(err)
 		return
 	}
-	f.fd, f.pfd.fd = fd, fd
+	f.fd = fd
 	if f.state != tcpDialing {
 		f.state = tcpClosed // closed meanwhile: unlock closes fd
 		return
@@ -408,7 +409,7 @@ func (f *tcpFlow) dial(target netip.AddrPort) {
 		f.dialFailed(err)
 		return
 	}
-	f.fd, f.pfd.fd = fd, fd // closed by unlock if the flow is
+	f.fd = fd // closed by unlock if the flow is
 	if f.state != tcpDialing || st.ctx.Err() != nil {
 		// Reset by the sandbox, or the stack is closing, while dialing.
 		f.state = tcpClosed
@@ -1084,7 +1085,7 @@ func (f *tcpFlow) onRTO() {
 // closed; then its table entry is removed.
 func (f *tcpFlow) unlock() {
 	if f.state != tcpClosed {
-		if err := f.st.poll.set(&f.pfd, f.interest(), f); err != nil {
+		if err := f.st.poll.set(&f.pollFD, f.interest(), f); err != nil {
 			f.hostFailed(err)
 		}
 	}
@@ -1093,7 +1094,7 @@ func (f *tcpFlow) unlock() {
 		if f.reset {
 			_ = unix.SetsockoptLinger(f.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 		}
-		f.st.poll.forget(&f.pfd)
+		f.st.poll.forget(&f.pollFD)
 		unix.Close(f.fd)
 		f.fd = -1
 	}

@@ -36,9 +36,8 @@ type udpFlow struct {
 	key  flowKey
 	last atomic.Int64 // UnixNano of the last datagram either way
 
-	mu  sync.Mutex
-	fd  int // -1 once closed
-	pfd pollFD
+	mu     sync.Mutex
+	pollFD // the host socket (fd, -1 once closed) and its registration
 }
 
 func (f *udpFlow) touch(t time.Time) { f.last.Store(t.UnixNano()) }
@@ -46,7 +45,7 @@ func (f *udpFlow) touch(t time.Time) { f.last.Store(t.UnixNano()) }
 func (f *udpFlow) close() {
 	f.mu.Lock()
 	if f.fd >= 0 {
-		f.st.poll.forget(&f.pfd)
+		f.st.poll.forget(&f.pollFD)
 		unix.Close(f.fd)
 		f.fd = -1
 	}
@@ -172,8 +171,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, bool) {
 		// the datagram rather than report the destination unreachable.
 		return nil, err == errNoDescriptor
 	}
-	f := &udpFlow{st: st, key: key, fd: fd}
-	f.pfd.fd = fd
+	f := &udpFlow{st: st, key: key, pollFD: pollFD{fd: fd}}
 	st.mu.Lock()
 	if st.closed {
 		st.mu.Unlock()
@@ -193,7 +191,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, bool) {
 	st.mu.Unlock()
 	f.mu.Lock()
 	if f.fd >= 0 {
-		if err := st.poll.set(&f.pfd, unix.EPOLLIN, f); err != nil {
+		if err := st.poll.set(&f.pollFD, unix.EPOLLIN, f); err != nil {
 			f.mu.Unlock()
 			st.cfg.Logf("userstack: udp %s: %v", target, err)
 			st.dropFlow(key, f)
