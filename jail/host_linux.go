@@ -71,10 +71,8 @@ func hasIPv6Default() bool {
 	return false
 }
 
-// dupNonblock duplicates f as a non-blocking descriptor: the sink's reads
-// go through Go's poller, so Close interrupts a pending Read (the egress
-// TUN's copy is handed on to the userstack, which takes it off Go's
-// poller and reads it on its own event loop).
+// dupNonblock duplicates f as a non-blocking descriptor, for the sink:
+// its reads go through Go's poller, so Close interrupts a pending Read.
 func dupNonblock(f *os.File) (*os.File, error) {
 	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {

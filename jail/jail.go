@@ -77,18 +77,14 @@ func (j *Jail) Attach(devs []*os.File) error {
 	if len(devs) != 2 {
 		return fmt.Errorf("want the egress and sink devices, got %d", len(devs))
 	}
-	// The engine closes its copies after Attach: keep our own.
+	// The engine closes its copies after Attach: keep our own (NewTUN
+	// keeps its own of the egress device).
 	sinkDev, err := dupNonblock(devs[1])
 	if err != nil {
 		return err
 	}
-	fd, err := dupNonblock(devs[0])
-	if err != nil {
-		sinkDev.Close()
-		return err
-	}
 	j.sink = sinkDev
-	ep := userstack.NewTUN(fd, uint32(routes.DefaultMTU), nsexec.VnetHdrLen, func(err error) {
+	ep := userstack.NewTUN(devs[0], uint32(routes.DefaultMTU), nsexec.VnetHdrLen, func(err error) {
 		j.fail(fmt.Errorf("TUN device: %v", err))
 	})
 	pol := j.setup.Policy
@@ -104,6 +100,16 @@ func (j *Jail) Attach(devs []*os.File) error {
 		OnBlock:    j.record,
 		Pinger:     userstack.HostPinger{},
 	})
+	if err == nil {
+		// The egress device failed while the stack attached to it (it
+		// could not be duplicated, say): refuse the launch now rather
+		// than stop the sandbox once it runs.
+		select {
+		case err = <-j.failed:
+			st.Close()
+		default:
+		}
+	}
 	if err != nil {
 		ep.Close()
 		sinkDev.Close()

@@ -2,7 +2,6 @@ package userstack
 
 import (
 	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -113,7 +112,7 @@ func TestTUNReadEndReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	errs := make(chan error, 4)
-	tun := NewTUN(os.NewFile(uintptr(fds[0]), "tun-test"), 65520, 0, func(err error) { errs <- err })
+	tun := newTUNOn(fds[0], 0, func(err error) { errs <- err })
 	st, err := New(tun, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), Dialer: newFakeDialer(), NoJanitor: true})
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +142,7 @@ func TestTUNBadHeaderLengthRefused(t *testing.T) {
 	}
 	defer unix.Close(fds[1])
 	errs := make(chan error, 1)
-	tun := NewTUN(os.NewFile(uintptr(fds[0]), "tun-test"), 65520, vnetHdrMax+1, func(err error) { errs <- err })
+	tun := newTUNOn(fds[0], vnetHdrMax+1, func(err error) { errs <- err })
 	st, err := New(tun, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), Dialer: newFakeDialer(), NoJanitor: true})
 	if err != nil {
 		t.Fatal(err)

@@ -445,17 +445,15 @@ func (st *Stack) dialConn(network string, target netip.AddrPort) (int, error) {
 // errNoDescriptor: the Dialer's contract is a conn with a descriptor.
 var errNoDescriptor = errors.New("the dialed conn has no descriptor (Dialer must return a syscall.Conn)")
 
-// detachConn takes c's descriptor off Go's netpoller (see detachFile).
+// detachConn takes c's descriptor over: a duplicate (see dupFD), with c
+// closed, which takes it out of Go's netpoller.
 func detachConn(c net.Conn) (int, error) {
-	sc, ok := c.(interface {
-		SyscallConn() (syscall.RawConn, error)
-		Close() error
-	})
+	defer c.Close()
+	sc, ok := c.(syscall.Conn)
 	if !ok {
-		c.Close()
 		return -1, errNoDescriptor
 	}
-	return detachFile(sc)
+	return dupFD(sc)
 }
 
 // dialSocket opens a non-blocking socket of type typ connected (or, for

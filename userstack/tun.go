@@ -60,19 +60,19 @@ type TUN struct {
 	udp func(flowKey, [][]byte) bool
 }
 
-// NewTUN returns an endpoint on f, which must be a non-blocking TUN
-// descriptor; the endpoint owns it. vnetHdrLen is the virtio-net header
+// NewTUN returns an endpoint on the TUN device f. vnetHdrLen is the virtio-net header
 // length the device was set up with (0: none; at most 16). onError, if
 // set, hears a read error that was not caused by Close (the device went
 // away), and the reason the endpoint cannot start (a bad header length,
 // or f unusable).
 //
-// f itself is closed: the endpoint keeps a duplicate of its descriptor,
-// which Go's netpoller does not watch (the stack's event loop does).
+// The endpoint keeps a non-blocking duplicate of f's descriptor, which
+// Go's netpoller does not watch (the stack's event loop does); f stays the
+// caller's, to close when it likes.
 func NewTUN(f *os.File, mtu uint32, vnetHdrLen int, onError func(error)) *TUN {
 	t := &TUN{fd: -1, vnet: vnetHdrLen, onError: onError}
 	t.mtu.Store(mtu)
-	fd, err := detachFile(f)
+	fd, err := dupFD(f)
 	switch {
 	case err != nil:
 		t.bad = fmt.Errorf("userstack: TUN descriptor: %w", err)
@@ -86,15 +86,11 @@ func NewTUN(f *os.File, mtu uint32, vnetHdrLen int, onError func(error)) *TUN {
 	return t
 }
 
-// detachFile returns a duplicate of f's descriptor and closes f, which
-// takes the descriptor out of Go's netpoller. The duplicate shares the
-// open file (and its O_NONBLOCK).
-func detachFile(f interface {
-	SyscallConn() (syscall.RawConn, error)
-	Close() error
-}) (int, error) {
-	defer f.Close()
-	rc, err := f.SyscallConn()
+// dupFD returns a non-blocking duplicate of c's descriptor, which Go's
+// netpoller does not watch. The duplicate shares the open file (and so
+// sets its O_NONBLOCK).
+func dupFD(c syscall.Conn) (int, error) {
+	rc, err := c.SyscallConn()
 	if err != nil {
 		return -1, err
 	}

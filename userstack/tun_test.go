@@ -44,7 +44,16 @@ func newTUNPair(t *testing.T, vnet int) (*TUN, *tunPeer) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fds[1]) })
-	return NewTUN(os.NewFile(uintptr(fds[0]), "tun-test"), 65520, vnet, nil), &tunPeer{fd: fds[1], vnet: vnet}
+	return newTUNOn(fds[0], vnet, nil), &tunPeer{fd: fds[1], vnet: vnet}
+}
+
+// newTUNOn is NewTUN on descriptor fd, which it then closes: the endpoint
+// holds the only descriptor left, as a device the jail hands it does once
+// the engine closes its copy.
+func newTUNOn(fd, vnet int, onError func(error)) *TUN {
+	f := os.NewFile(uintptr(fd), "tun-test")
+	defer f.Close()
+	return NewTUN(f, 65520, vnet, onError)
 }
 
 // newTUNStack runs a stack with the default policy on a TUN endpoint over
