@@ -69,6 +69,11 @@ func TestPollerForgetLeavesNoStaleWatch(t *testing.T) {
 	}
 }
 
+// timerFunc owns a timer by calling itself when it fires.
+type timerFunc func()
+
+func (fn timerFunc) timerFired(*loopTimer) { fn() }
+
 // Timers fire on the loop, in order, and a stopped one does not.
 func TestPollerTimers(t *testing.T) {
 	p, err := newPoller()
@@ -77,9 +82,9 @@ func TestPollerTimers(t *testing.T) {
 	}
 	defer p.close()
 	fired := make(chan string, 3)
-	a := newLoopTimer(func() { fired <- "a" })
-	b := newLoopTimer(func() { fired <- "b" })
-	c := newLoopTimer(func() { fired <- "c" })
+	a := newLoopTimer(timerFunc(func() { fired <- "a" }))
+	b := newLoopTimer(timerFunc(func() { fired <- "b" }))
+	c := newLoopTimer(timerFunc(func() { fired <- "c" }))
 	p.arm(&b, 20*time.Millisecond)
 	p.arm(&a, time.Millisecond)
 	p.arm(&c, 5*time.Millisecond)

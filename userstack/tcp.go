@@ -278,8 +278,8 @@ func (st *Stack) newTCP(in *tcpIn) {
 		rcvNxt: h.SequenceNumber() + 1,
 		rto:    tcpRTOMin,
 	}
-	f.ackTimer = newLoopTimer(f.onAckTimer)
-	f.rtoTimer = newLoopTimer(f.onRTO)
+	f.ackTimer = newLoopTimer(f)
+	f.rtoTimer = newLoopTimer(f)
 	f.rcvAcked = f.rcvNxt
 	if opts.WS >= 0 {
 		f.sndShift = uint8(min(opts.WS, 14))
@@ -989,6 +989,14 @@ func (f *tcpFlow) maybeDone() {
 }
 
 // Timers. Both run on the event loop and take mu.
+
+func (f *tcpFlow) timerFired(t *loopTimer) {
+	if t == &f.ackTimer {
+		f.onAckTimer()
+		return
+	}
+	f.onRTO()
+}
 
 func (f *tcpFlow) armAck() {
 	if f.ackArmed {
