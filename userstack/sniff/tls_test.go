@@ -156,6 +156,17 @@ func TestClientHelloHandBuilt(t *testing.T) {
 		if name != tt.want || res != tt.res {
 			t.Errorf("%s: ClientHello = %q, %v; want %q, %v", tt.name, name, res, tt.want, tt.res)
 		}
+		// crypto/tls's server agrees on the name when it parses the hello,
+		// and refuses what this parser calls Malformed.
+		goName, parsed := goServerName(tt.b)
+		switch {
+		case res == Found && parsed && goName != name:
+			t.Errorf("%s: crypto/tls sees %q, ClientHello %q", tt.name, goName, name)
+		case res == Malformed && parsed:
+			t.Logf("%s: Malformed here, crypto/tls parses it (server name %q)", tt.name, goName)
+		case res == Found && !parsed:
+			t.Logf("%s: Found %q here, crypto/tls refuses it", tt.name, name)
+		}
 	}
 }
 
