@@ -20,8 +20,11 @@
 // never needs to buffer more than that.
 //
 // What it deliberately does not do: no decryption and no certificate
-// checks (a client may name an allowed host and then talk to whatever
-// answers at that address; the address itself was allowed by DNS). With
+// checks. It sees the name a flow claims first and nothing after: inside
+// TLS the HTTP Host or HTTP/2 :authority may name another host than the SNI
+// (domain fronting), and on a plain HTTP connection kept alive the later
+// requests may name other hosts. Both only reach the address the allowed
+// name resolved to, but a shared front end there may route them on. With
 // Encrypted Client Hello the real (inner) name is encrypted and invisible:
 // the name returned is the outer, public name. HTTP/2 with prior knowledge
 // over cleartext ("PRI * HTTP/2.0") and any other protocol are [NotThis];
