@@ -49,6 +49,7 @@ func TestHTTPHost(t *testing.T) {
 		{"folded line", "GET / HTTP/1.1\r\nX: y\r\n Host: evil.test\r\nHost: a.test\r\n\r\n", "", Malformed},
 		{"bare lf in headers", "GET / HTTP/1.1\r\nHost: a.test\r\nX: y\nHost: evil.test\r\n\r\n", "", Malformed},
 		{"bare cr in headers", "GET / HTTP/1.1\r\nHost: a.test\r\nX: y\rHost: evil.test\r\n\r\n", "", Malformed},
+		{"bare lf hides a header", "GET / HTTP/1.1\r\nX: y\nHost: evil.test\r\n\r\n", "", Malformed},
 		{"bare lf ends request line", "GET / HTTP/1.1\nHost: a.test\n\n", "", Malformed},
 		{"bare lf ends headers", "GET / HTTP/1.1\r\nHost: a.test\n\n", "", Malformed},
 		{"no colon", "GET / HTTP/1.1\r\nHost a.test\r\n\r\n", "", Malformed},
