@@ -516,3 +516,24 @@ func FuzzParseDomain(f *testing.F) {
 		}
 	})
 }
+
+func TestDomainsConcurrent(t *testing.T) {
+	d := NewDomains(mustRules(t, "@github", "*.example.com"), mustRules(t, "bad.example.com"))
+	done := make(chan bool)
+	for g := 0; g < 4; g++ {
+		go func() {
+			for i := 0; i < 1000; i++ {
+				if ok, _ := d.Allow("api.github.com", 443); !ok {
+					t.Error("api.github.com refused")
+				}
+				if ok, _ := d.AllowName("bad.example.com"); ok {
+					t.Error("bad.example.com allowed")
+				}
+			}
+			done <- true
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		<-done
+	}
+}

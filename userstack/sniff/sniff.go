@@ -61,3 +61,45 @@ func (r Result) String() string {
 	}
 	return "unknown"
 }
+
+// Proto is the protocol [Name] read a name from.
+type Proto uint8
+
+const (
+	ProtoNone Proto = iota // not decided, or neither TLS nor HTTP/1.x
+	ProtoTLS               // a TLS ClientHello's server_name
+	ProtoHTTP              // a plain HTTP/1.x request's Host
+)
+
+func (p Proto) String() string {
+	switch p {
+	case ProtoTLS:
+		return "tls"
+	case ProtoHTTP:
+		return "http"
+	}
+	return "none"
+}
+
+// Name reads the name a stream claims whichever of TLS and HTTP/1.x it
+// speaks: the first byte decides (0x16, a TLS handshake record, cannot
+// start an HTTP request), and the result is that of [ClientHello] or
+// [HTTPHost]. proto is ProtoNone while res is NeedMore and when it is
+// NotThis. A caller never needs to buffer more than the larger of
+// [MaxClientHello] and [MaxHTTPHeader] bytes.
+func Name(b []byte) (name string, proto Proto, res Result) {
+	if len(b) == 0 {
+		return "", ProtoNone, NeedMore
+	}
+	if b[0] == recordHandshake {
+		proto = ProtoTLS
+		name, res = ClientHello(b)
+	} else {
+		proto = ProtoHTTP
+		name, res = HTTPHost(b)
+	}
+	if res == NeedMore || res == NotThis {
+		proto = ProtoNone
+	}
+	return name, proto, res
+}
