@@ -60,7 +60,7 @@ func ParseDomain(s string) (DomainRule, error) {
 	if in == "" {
 		return DomainRule{}, fmt.Errorf("empty domain: give a host name such as example.com or *.example.com")
 	}
-	if i := strings.Index(in, "://"); i >= 0 || strings.ContainsAny(in, "/?#@") {
+	if strings.Contains(in, "://") || strings.ContainsAny(in, "/?#@") {
 		return DomainRule{}, fmt.Errorf("domain %q looks like a URL: give the host name only%s", s, urlHostHint(in))
 	}
 	if isIPLiteral(in) {

@@ -17,7 +17,10 @@
 // headers, bare line feeds, lengths that do not add up) is [Malformed],
 // so a caller that refuses Malformed flows cannot be talked past. Neither
 // reads more than its limit ([MaxClientHello], [MaxHTTPHeader]); a caller
-// never needs to buffer more than that.
+// never needs to buffer more than that. They hold no state and never block:
+// a caller waiting for NeedMore to turn into an answer needs its own time
+// limit, since a client of another protocol may send a few bytes that could
+// start a request ("HELO") and then wait for the server to speak.
 //
 // What it deliberately does not do: no decryption and no certificate
 // checks. It sees the name a flow claims first and nothing after: inside
