@@ -401,6 +401,7 @@ func TestPresets(t *testing.T) {
 		t.Fatal("no presets")
 	}
 	seenPreset := map[string]bool{}
+	inPreset := map[DomainRule]string{} // no rule in two presets
 	for i, p := range ps {
 		if i > 0 && ps[i-1].Name >= p.Name {
 			t.Errorf("presets not sorted: %s before %s", ps[i-1].Name, p.Name)
@@ -425,6 +426,10 @@ func TestPresets(t *testing.T) {
 			if seen[r] {
 				t.Errorf("preset %s: duplicate rule %q", p.Name, e.Rule)
 			}
+			if other, ok := inPreset[r]; ok && other != p.Name {
+				t.Errorf("rule %q is in both %s and %s", e.Rule, other, p.Name)
+			}
+			inPreset[r] = p.Name
 			seen[r] = true
 			if e.Reason == "" || strings.Contains(e.Reason, "\n") {
 				t.Errorf("preset %s: rule %q needs a one-line reason", p.Name, e.Rule)
