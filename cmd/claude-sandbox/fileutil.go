@@ -37,7 +37,6 @@ func sameFile(a, b string) (bool, error) {
 	}
 }
 
-
 // copyFile streams src to dst atomically (temporary file, then rename).
 func copyFile(src, dst string, mode os.FileMode) error {
 	in, err := os.Open(src)
@@ -103,4 +102,3 @@ func writeIfDifferent(path string, data []byte, mode os.FileMode) (bool, error) 
 	}
 	return true, os.Rename(tmp.Name(), path)
 }
-

@@ -71,7 +71,7 @@ directory DIR/PATH, and a --real file outside DIR is copied, not moved.
 
 // installFlags are install's options, as newInstallFlags defines them.
 type installFlags struct {
-	prefix, realPath, config, shared *string
+	prefix, realPath, config, shared  *string
 	skip, apparmor, unwrapped, dryRun *bool
 }
 

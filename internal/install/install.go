@@ -230,10 +230,17 @@ func (r *run) warn(format string, a ...any) {
 	}
 }
 
+// failAfter makes the step of that name fail once it is done (tests:
+// every step's rollback).
+var failAfter string
+
 // do runs one step and labels the changes it recorded with its name.
 func (r *run) do(name string, step func() error) error {
 	n := len(r.j.Changes)
 	err := step()
+	if err == nil && name == failAfter {
+		err = fmt.Errorf("failing after the step %q, as the test asked", name)
+	}
 	for i := n; i < len(r.j.Changes); i++ {
 		r.j.Changes[i].Step = name
 	}

@@ -335,6 +335,19 @@ func (j *Journal) symlink(target, path, note string) error {
 // any symlink, and records what it made. In a dry run the directory may
 // not exist yet: then it records what it would make and returns nil.
 func (j *Journal) mkdirBeneath(base, rel string, mode uint32, uid, gid int) (*Dir, error) {
+	if j.Dry && j.dryDirs[base] {
+		// base itself is only recorded as made: so is everything below.
+		cur := base
+		for _, name := range strings.Split(filepath.Clean(rel), "/") {
+			if name == "." || name == "" {
+				continue
+			}
+			cur = filepath.Join(cur, name)
+			j.dryDirs[cur] = true
+			j.add(Change{Kind: CreatedDir, Path: cur, Mode: fs.FileMode(mode), Base: base})
+		}
+		return nil, nil
+	}
 	b, err := OpenTrusted(base)
 	if err != nil {
 		return nil, err

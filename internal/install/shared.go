@@ -34,11 +34,16 @@ func (r *run) linkShared() error {
 	home := l.UserHome()
 	uid, gid := o.UID, o.GID
 	// Root works in two trees the user can change (safefs.go): the shared
-	// directory, reached from / refusing every symlink (its missing
+	// directory, reached from the root (checkShared refused a symlink
+	// above it) refusing every symlink (its missing
 	// parents are made root's, itself the user's), and the home, whose
 	// own path is the password database's; below both nothing is followed.
 	parent := filepath.Dir(sharedAt)
-	pd, err := j.mkdirBeneath("/", strings.TrimPrefix(parent, "/"), 0o755, 0, 0)
+	rel, err := filepath.Rel(l.Root, parent)
+	if err != nil || !within(l.Root, parent) {
+		return fmt.Errorf("--shared-config %s: not below %s", shared, l.Root)
+	}
+	pd, err := j.mkdirBeneath(l.Root, rel, 0o755, 0, 0)
 	if err != nil {
 		return fmt.Errorf("--shared-config %s: %w; give the real path of the directory", shared, err)
 	}
@@ -86,6 +91,10 @@ func (r *run) linkShared() error {
 			return fmt.Errorf("%s %w: replace it with the real file or directory", sp, ErrSymlinkRefused)
 		}
 		hst, herr := hd.Lstat(name)
+		if herr != nil && j.dryDirs[h] {
+			// A dry run's earlier step (the command) made it.
+			hst, herr = unix.Stat_t{Mode: unix.S_IFDIR}, nil
+		}
 		switch {
 		case herr == nil && hst.Mode&unix.S_IFMT == unix.S_IFLNK:
 			bak := backupName(h)
@@ -194,4 +203,3 @@ func (r *run) adopt(hd, sd *Dir, sharedAt, name string) error {
 	j.add(Change{Kind: Removed, Path: from, Backup: bak, Base: hd.path, Note: "the adopted home copy"})
 	return nil
 }
-

@@ -226,7 +226,8 @@ func (r *run) removeHomeLeftovers() error {
 			continue
 		}
 		if r.j.Dry {
-			if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+			gone := slices.ContainsFunc(r.j.Changes, func(c Change) bool { return c.Kind == Removed && within(c.Path, d) })
+			if fi, err := os.Lstat(d); err == nil && fi.IsDir() && !gone {
 				r.j.add(c)
 			}
 		} else if os.Remove(d) == nil { // fails, harmlessly, when not empty
