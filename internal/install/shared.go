@@ -43,7 +43,7 @@ func (r *run) linkShared() error {
 	if err != nil || !within(l.Root, parent) {
 		return fmt.Errorf("--shared-config %s: not below %s", shared, l.Root)
 	}
-	pd, err := j.mkdirBeneath(l.Root, rel, 0o755, 0, 0)
+	pd, err := j.mkdirBeneath(l.Root, rel, 0o755, -1, -1) // the installer's own (root's)
 	if err != nil {
 		return fmt.Errorf("--shared-config %s: %w; give the real path of the directory", shared, err)
 	}
