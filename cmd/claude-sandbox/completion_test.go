@@ -159,6 +159,18 @@ func TestBashCompletionWorks(t *testing.T) {
 		{"claude-sandbox completion ", "bash zsh fish"},
 		{"claude-sandbox install --pre", "--prefix"},
 		{"claude-sandbox run --bind /a /b --net none --cl", "--clearenv"},
+		// --net=VALUE: bash splits the line at "=" (COMP_WORDBREAKS), so
+		// the words are --net, "=" and the value; with "=" taken out of
+		// COMP_WORDBREAKS the word is --net=VALUE whole.
+		{"claude-sandbox run --net = j", "jail"},
+		{"claude-sandbox run --net =", "jail host none"},
+		{"claude-sandbox run --net = ", "jail host none"},
+		{"claude-sandbox run --net=n", "--net=none"},
+		{"claude-sandbox run --net=", "--net=jail --net=host --net=none"},
+		{"claude-sandbox run --net = none --cl", "--clearenv"},
+		{"claude-sandbox run --net=none --cl", "--clearenv"},
+		{"claude-sandbox install --prefix = /a --dr", "--dry-run"},
+		{"claude-sandbox uninstall --dr", "--dry-run"},
 	}
 	for _, c := range cases {
 		words := strings.Fields(c.words)
@@ -170,12 +182,17 @@ func TestBashCompletionWorks(t *testing.T) {
 			quoted = append(quoted, "'"+w+"'")
 		}
 		script := bashCompletion() + "COMP_WORDS=(" + strings.Join(quoted, " ") + "); COMP_CWORD=" + strconv.Itoa(len(words)-1) + "; _claude_sandbox; echo \"${COMPREPLY[*]}\"\n"
+		script = strings.Replace(script, "COMP_WORDS=(", "complete -p claude-sandbox >&2\nCOMP_WORDS=(", 1)
 		cmd := exec.Command("bash", "--norc", "--noprofile")
 		cmd.Stdin = strings.NewReader(script)
 		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
+		var reg bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &reg
 		if err := cmd.Run(); err != nil {
-			t.Fatalf("%q: %v %s", c.words, err, out.String())
+			t.Fatalf("%q: %v %s %s", c.words, err, out.String(), reg.String())
+		}
+		if got := strings.TrimSpace(reg.String()); got != "complete -F _claude_sandbox claude-sandbox" {
+			t.Fatalf("the script registers %q", got)
 		}
 		if got := strings.TrimSpace(out.String()); got != c.want {
 			t.Errorf("%q completes to %q, want %q", c.words, got, c.want)
