@@ -279,6 +279,9 @@ func Install(l Layout, o Options) (j *Journal, err error) {
 	if r.st, err = loadState(l); err != nil {
 		return j, err
 	}
+	if home != "" {
+		r.st.Home = home
+	}
 	rp, err := r.planReal(home)
 	if err != nil {
 		return j, err
@@ -539,7 +542,14 @@ func (r *run) removeRealSource(rp realPlan) error {
 	if !rp.removeSrc {
 		return nil
 	}
-	if _, err := r.j.remove(rp.src, "the real Claude Code's old place"); err != nil {
+	if home := r.st.Home; home != "" && within(home, rp.src) {
+		// In the user's tree: renamed from a descriptor of its directory,
+		// reached from the home without following a symlink (a linked
+		// ~/.local/bin would point root's rename elsewhere).
+		if err := r.j.removeBeneath(home, rp.src, "the real Claude Code's old place"); err != nil {
+			return fmt.Errorf("the real Claude Code's old place %s: %w; pass --real with the binary's real path", rp.src, err)
+		}
+	} else if _, err := r.j.remove(rp.src, "the real Claude Code's old place"); err != nil {
 		return err
 	}
 	if rp.copy {

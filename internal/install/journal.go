@@ -319,6 +319,109 @@ func (j *Journal) remove(path, note string) (bool, error) {
 	return true, nil
 }
 
+// removeBeneath removes path, which lies in base (a tree others can
+// change), by renaming it to its backup name from a descriptor of its
+// directory reached from base without following a symlink.
+func (j *Journal) removeBeneath(base, path, note string) error {
+	d, err := openParent(base, path)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	name := filepath.Base(path)
+	if _, err := d.Lstat(name); err != nil {
+		return &fs.PathError{Op: "lstat", Path: path, Err: err}
+	}
+	c := Change{Kind: Removed, Path: path, Backup: backupName(path), Base: base, Note: note}
+	if !j.Dry {
+		bak := filepath.Base(c.Backup)
+		_ = unix.Unlinkat(d.fd, bak, 0)
+		if err := unix.Renameat(d.fd, name, d.fd, bak); err != nil {
+			return &fs.PathError{Op: "rename", Path: path, Err: err}
+		}
+	}
+	j.add(c)
+	return nil
+}
+
+// putBeneath puts what the file src holds at path, which lies in base (a
+// tree others can change), as a new file with mode owned by base's owner,
+// making missing directories on the way (theirs too), never following a
+// symlink and never replacing anything. A dry run records the same.
+func (j *Journal) putBeneath(base, path, src string, mode uint32, note string) error {
+	uid, gid, err := ownerOf(base)
+	if err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(base, filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	d, err := j.mkdirBeneath(base, rel, 0o755, uid, gid)
+	if err != nil {
+		return err
+	}
+	if d != nil {
+		defer d.Close()
+		if _, err := d.Lstat(filepath.Base(path)); err == nil {
+			return fmt.Errorf("%s: %w", path, fs.ErrExist)
+		}
+	}
+	if !j.Dry {
+		in, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		if err := d.WriteAtomic(filepath.Base(path), in, mode, uid, gid, false); err != nil {
+			return err
+		}
+	}
+	j.add(Change{Kind: CreatedFile, Path: path, Mode: fs.FileMode(mode), Base: base, Note: note})
+	return nil
+}
+
+// symlinkBeneath creates the link path -> target in base (a tree others
+// can change), owned by base's owner, as putBeneath does a file.
+func (j *Journal) symlinkBeneath(base, target, path, note string) error {
+	uid, gid, err := ownerOf(base)
+	if err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(base, filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	d, err := j.mkdirBeneath(base, rel, 0o755, uid, gid)
+	if err != nil {
+		return err
+	}
+	if !j.Dry {
+		defer d.Close()
+		name := filepath.Base(path)
+		if err := unix.Symlinkat(target, d.fd, name); err != nil {
+			return &fs.PathError{Op: "link", Path: path, Err: err}
+		}
+		if err := unix.Fchownat(d.fd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			_ = unix.Unlinkat(d.fd, name, 0)
+			return &fs.PathError{Op: "chown", Path: path, Err: err}
+		}
+	} else if d != nil {
+		d.Close()
+	}
+	j.add(Change{Kind: CreatedLink, Path: path, Target: target, Base: base, Note: note})
+	return nil
+}
+
+// ownerOf is the owner of the directory path.
+func ownerOf(path string) (uid, gid int, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, 0, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return int(st.Uid), int(st.Gid), nil
+}
+
 // symlink creates the link path -> target.
 func (j *Journal) symlink(target, path, note string) error {
 	if !j.Dry {

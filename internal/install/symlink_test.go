@@ -111,3 +111,49 @@ func TestWriteAtomicFollowsNoLink(t *testing.T) {
 		t.Errorf("left behind: %v", ents)
 	}
 }
+
+// The real binary's old place is in the user's tree: install does not
+// rename through a linked ~/.local/bin, and uninstall does not put the
+// binary back through one (it refuses, changing nothing, and names the
+// fix), so a link there never points a root write elsewhere.
+func TestRealBinaryPlaceLinked(t *testing.T) {
+	// install: ~/.local/bin a link to a directory holding a "claude".
+	s := newScratch(t)
+	v := t.TempDir()
+	write(t, filepath.Join(v, "claude"), "not claude code, root's\n", 0o755)
+	bin := filepath.Dir(s.l.DefaultReal())
+	must(t, os.RemoveAll(bin))
+	must(t, os.Symlink(v, bin))
+	before := s.everything(t) + tree(t, v)
+	_, err := Install(s.l, s.opts())
+	if err == nil || !errors.Is(err, ErrSymlinkRefused) || !strings.Contains(err.Error(), "--real") {
+		t.Errorf("install with ~/.local/bin a link: %v; want a refusal naming --real", err)
+	}
+	if after := s.everything(t) + tree(t, v); after != before {
+		t.Errorf("the refused install changed something:\n%s", after)
+	}
+
+	// uninstall: ~/.local/bin replaced by a link after install.
+	for _, linked := range []bool{true, false} {
+		s = newScratch(t)
+		if !linked {
+			// A plain binary, not the installer's link: put back as a copy.
+			must(t, os.Remove(s.l.DefaultReal()))
+			write(t, s.l.DefaultReal(), "claude 2.1.0", 0o755)
+		}
+		_, err = Install(s.l, s.opts())
+		must(t, err)
+		v = t.TempDir()
+		bin = filepath.Dir(s.l.DefaultReal())
+		must(t, os.RemoveAll(bin))
+		must(t, os.Symlink(v, bin))
+		before = s.everything(t) + tree(t, v)
+		_, err = Uninstall(s.l, s.opts())
+		if err == nil || !errors.Is(err, ErrSymlinkRefused) || !strings.Contains(err.Error(), "yourself") {
+			t.Errorf("uninstall with ~/.local/bin a link (the installer's link %v): %v; want a refusal naming the fix", linked, err)
+		}
+		if after := s.everything(t) + tree(t, v); after != before {
+			t.Errorf("the refused uninstall changed something:\n%s", after)
+		}
+	}
+}

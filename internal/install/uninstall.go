@@ -63,7 +63,7 @@ func Uninstall(l Layout, o Options) (j *Journal, err error) {
 	}
 	j.Commit()
 	r.say("removed %s and %s", l.Shadow(), l.Libexec())
-	_ = r.do("home", r.removeHomeLeftovers)
+	_ = r.do("leftovers", r.removeHomeLeftovers)
 	return j, nil
 }
 
@@ -83,8 +83,14 @@ func (r *run) restoreReal() error {
 	case st.RealLink != "" && linkErr == nil:
 		// It was the installer's symlink into its versions directory,
 		// which is still there.
-		if err := j.symlink(st.RealLink, st.RealOrigin, "the real Claude Code's link, back"); err != nil {
-			return err
+		var err error
+		if r.inHome(st.RealOrigin) {
+			err = j.symlinkBeneath(st.Home, st.RealLink, st.RealOrigin, "the real Claude Code's link, back")
+		} else {
+			err = j.symlink(st.RealLink, st.RealOrigin, "the real Claude Code's link, back")
+		}
+		if err != nil {
+			return r.cannotRestore(err)
 		}
 		r.say("put the real Claude Code back at %s -> %s", st.RealOrigin, st.RealLink)
 	default:
@@ -92,12 +98,29 @@ func (r *run) restoreReal() error {
 			r.warn("no real Claude Code at %s to put back at %s", l.Real(), st.RealOrigin)
 			return nil
 		}
-		if _, err := j.put(st.RealOrigin, nil, l.Real(), 0o755, "the real Claude Code, back"); err != nil {
-			return err
+		var err error
+		if r.inHome(st.RealOrigin) {
+			// Into the user's tree: as a new file of the user's, never
+			// through a link.
+			err = j.putBeneath(st.Home, st.RealOrigin, l.Real(), 0o755, "the real Claude Code, back")
+		} else {
+			_, err = j.put(st.RealOrigin, nil, l.Real(), 0o755, "the real Claude Code, back")
+		}
+		if err != nil {
+			return r.cannotRestore(err)
 		}
 		r.say("put the real Claude Code back at %s", st.RealOrigin)
 	}
 	return nil
+}
+
+// inHome reports whether path lies in the home install recorded.
+func (r *run) inHome(path string) bool {
+	return r.st.Home != "" && r.st.Home != "/" && within(r.st.Home, path) && path != r.st.Home
+}
+
+func (r *run) cannotRestore(err error) error {
+	return fmt.Errorf("put the real Claude Code back at %s: %w; copy %s there yourself, then run uninstall again", r.st.RealOrigin, err, r.l.Real())
 }
 
 // restoreSettings puts the managed settings back exactly as before when
