@@ -215,7 +215,6 @@ type run struct {
 	j    *Journal
 	st   installState
 	verb string
-	step string
 }
 
 func (r *run) say(format string, a ...any) {
