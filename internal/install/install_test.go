@@ -253,6 +253,9 @@ func TestFailureRollsBack(t *testing.T) {
 			o := s.opts()
 			o.Config, o.Hatch, o.AppArmor, o.Shared = s.conf, true, true, "/state/claude"
 			write(t, filepath.Join(s.l.UserHome(), ".claude/settings.json"), "{}\n", 0o600)
+			// A home ~/.claude.json beside the shared one: backed up.
+			write(t, filepath.Join(s.l.UserHome(), ".claude.json"), `{"home": 1}`, 0o600)
+			write(t, filepath.Join(s.l.Shared("/state/claude"), ".claude.json"), `{"shared": 1}`, 0o600)
 			if installed {
 				_, err := Install(s.l, o)
 				must(t, err)
