@@ -152,25 +152,6 @@ _claude_sandbox() {
 `)
 	for _, c := range commands {
 		fmt.Fprintf(&b, "    %s)\n", c.name)
-		// --opt=value as one word (a COMP_WORDBREAKS without "="): the
-		// value is completed after the "--opt=" it keeps.
-		var inline []option
-		for _, o := range c.opts() {
-			if len(o.args) == 1 {
-				inline = append(inline, o)
-			}
-		}
-		if len(inline) > 0 {
-			b.WriteString("        case $cur in\n")
-			for _, o := range inline {
-				kind := o.argKind(0)
-				if kind == "values" {
-					kind = strings.Join(o.values, " ")
-				}
-				fmt.Fprintf(&b, "        %s=*) cur=${cur#*=}; _claude_sandbox_value '%s'; COMPREPLY=(\"${COMPREPLY[@]/#/%s=}\"); return ;;\n", o.name, kind, o.name)
-			}
-			b.WriteString("        esac\n")
-		}
 		b.WriteString("        while [ $i -lt $COMP_CWORD ]; do\n            w=${COMP_WORDS[i]}\n            case $w in\n")
 		if c.args == "command" {
 			b.WriteString("            --) i=$((i + 1)); break ;;\n")
@@ -202,6 +183,26 @@ _claude_sandbox() {
 			fmt.Fprintf(&b, "                i=$((i + %d)) ;;\n", len(o.args)+1)
 		}
 		b.WriteString("            -*) i=$((i + 1)) ;;\n            *) break ;;\n            esac\n        done\n")
+		// --opt=value as one word (a COMP_WORDBREAKS without "="), among
+		// the options still: the value is completed after the "--opt="
+		// it keeps.
+		var inline []option
+		for _, o := range c.opts() {
+			if len(o.args) == 1 {
+				inline = append(inline, o)
+			}
+		}
+		if len(inline) > 0 {
+			b.WriteString("        if [ $i -eq $COMP_CWORD ]; then\n            case $cur in\n")
+			for _, o := range inline {
+				kind := o.argKind(0)
+				if kind == "values" {
+					kind = strings.Join(o.values, " ")
+				}
+				fmt.Fprintf(&b, "            %s=*) cur=${cur#*=}; _claude_sandbox_value '%s'; COMPREPLY=(\"${COMPREPLY[@]/#/%s=}\"); return ;;\n", o.name, kind, o.name)
+			}
+			b.WriteString("            esac\n        fi\n")
+		}
 		var opts []string
 		for _, o := range c.opts() {
 			opts = append(opts, o.name)

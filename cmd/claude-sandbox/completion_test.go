@@ -172,6 +172,7 @@ func TestBashCompletionWorks(t *testing.T) {
 		{"claude-sandbox run --net = none --cl", "--clearenv"},
 		{"claude-sandbox run --net=none --cl", "--clearenv"},
 		{"claude-sandbox install --prefix = /a --dr", "--dry-run"},
+		{"claude-sandbox run ls --net=", ""},
 		{"claude-sandbox uninstall --dr", "--dry-run"},
 	}
 	for _, c := range cases {
