@@ -20,6 +20,8 @@ if [ "$(id -u)" = 0 ]; then
   command -v jq >/dev/null || need+=(jq) # the --json-status-fd test reads the lines as a non-Go program
   command -v gcc >/dev/null || need+=(gcc) # the race detector needs cgo
   command -v npm >/dev/null || need+=(nodejs npm) # the real Claude Code CLI for the end-to-end tests
+  command -v zsh >/dev/null || need+=(zsh) # the generated zsh completion is loaded and tried
+  command -v fish >/dev/null || need+=(fish) # the generated fish completion is loaded and tried
   if [ ${#need[@]} -gt 0 ]; then
     step "installing ${need[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

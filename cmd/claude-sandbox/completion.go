@@ -161,6 +161,15 @@ _claude_sandbox() {
 				continue
 			}
 			fmt.Fprintf(&b, "            %s)\n", o.name)
+			if len(o.args) == 1 {
+				// --opt=value split by bash at "=" (COMP_WORDBREAKS has
+				// it by default): the words are --opt, "=", the value,
+				// and a current word "=" is an empty value.
+				b.WriteString("                if [ \"${COMP_WORDS[i+1]}\" = = ]; then\n")
+				b.WriteString("                    i=$((i + 1))\n")
+				b.WriteString("                    if [ $i -eq $COMP_CWORD ]; then cur=; i=$((i - 1)); fi\n")
+				b.WriteString("                fi\n")
+			}
 			fmt.Fprintf(&b, "                if [ $((i + %d)) -ge $COMP_CWORD ]; then\n", len(o.args))
 			b.WriteString("                    case $((COMP_CWORD - i)) in\n")
 			for k := range o.args {
@@ -174,6 +183,26 @@ _claude_sandbox() {
 			fmt.Fprintf(&b, "                i=$((i + %d)) ;;\n", len(o.args)+1)
 		}
 		b.WriteString("            -*) i=$((i + 1)) ;;\n            *) break ;;\n            esac\n        done\n")
+		// --opt=value as one word (a COMP_WORDBREAKS without "="), among
+		// the options still: the value is completed after the "--opt="
+		// it keeps.
+		var inline []option
+		for _, o := range c.opts() {
+			if len(o.args) == 1 {
+				inline = append(inline, o)
+			}
+		}
+		if len(inline) > 0 {
+			b.WriteString("        if [ $i -eq $COMP_CWORD ]; then\n            case $cur in\n")
+			for _, o := range inline {
+				kind := o.argKind(0)
+				if kind == "values" {
+					kind = strings.Join(o.values, " ")
+				}
+				fmt.Fprintf(&b, "            %s=*) cur=${cur#*=}; _claude_sandbox_value '%s'; COMPREPLY=(\"${COMPREPLY[@]/#/%s=}\"); return ;;\n", o.name, kind, o.name)
+			}
+			b.WriteString("            esac\n        fi\n")
+		}
 		var opts []string
 		for _, o := range c.opts() {
 			opts = append(opts, o.name)

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"maps"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -159,6 +161,19 @@ func TestBashCompletionWorks(t *testing.T) {
 		{"claude-sandbox completion ", "bash zsh fish"},
 		{"claude-sandbox install --pre", "--prefix"},
 		{"claude-sandbox run --bind /a /b --net none --cl", "--clearenv"},
+		// --net=VALUE: bash splits the line at "=" (COMP_WORDBREAKS), so
+		// the words are --net, "=" and the value; with "=" taken out of
+		// COMP_WORDBREAKS the word is --net=VALUE whole.
+		{"claude-sandbox run --net = j", "jail"},
+		{"claude-sandbox run --net =", "jail host none"},
+		{"claude-sandbox run --net = ", "jail host none"},
+		{"claude-sandbox run --net=n", "--net=none"},
+		{"claude-sandbox run --net=", "--net=jail --net=host --net=none"},
+		{"claude-sandbox run --net = none --cl", "--clearenv"},
+		{"claude-sandbox run --net=none --cl", "--clearenv"},
+		{"claude-sandbox install --prefix = /a --dr", "--dry-run"},
+		{"claude-sandbox run ls --net=", ""},
+		{"claude-sandbox uninstall --dr", "--dry-run"},
 	}
 	for _, c := range cases {
 		words := strings.Fields(c.words)
@@ -170,12 +185,17 @@ func TestBashCompletionWorks(t *testing.T) {
 			quoted = append(quoted, "'"+w+"'")
 		}
 		script := bashCompletion() + "COMP_WORDS=(" + strings.Join(quoted, " ") + "); COMP_CWORD=" + strconv.Itoa(len(words)-1) + "; _claude_sandbox; echo \"${COMPREPLY[*]}\"\n"
+		script = strings.Replace(script, "COMP_WORDS=(", "complete -p claude-sandbox >&2\nCOMP_WORDS=(", 1)
 		cmd := exec.Command("bash", "--norc", "--noprofile")
 		cmd.Stdin = strings.NewReader(script)
 		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
+		var reg bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &reg
 		if err := cmd.Run(); err != nil {
-			t.Fatalf("%q: %v %s", c.words, err, out.String())
+			t.Fatalf("%q: %v %s %s", c.words, err, out.String(), reg.String())
+		}
+		if got := strings.TrimSpace(reg.String()); got != "complete -F _claude_sandbox claude-sandbox" {
+			t.Fatalf("the script registers %q", got)
 		}
 		if got := strings.TrimSpace(out.String()); got != c.want {
 			t.Errorf("%q completes to %q, want %q", c.words, got, c.want)
@@ -184,8 +204,8 @@ func TestBashCompletionWorks(t *testing.T) {
 }
 
 // Each script parses in its shell, and the man page in groff, where those
-// are installed (scripts/test.sh does not install zsh, fish or groff: this
-// check runs where they are).
+// are installed (scripts/test.sh installs zsh and fish; groff is checked
+// where it is).
 func TestGeneratedSyntax(t *testing.T) {
 	for _, c := range []struct {
 		tool  string
@@ -194,7 +214,7 @@ func TestGeneratedSyntax(t *testing.T) {
 	}{
 		{"bash", []string{"-n"}, bashCompletion()},
 		{"zsh", []string{"-n"}, zshCompletion()},
-		{"fish", []string{"-n"}, fishCompletion()},
+		{"fish", []string{"--no-execute"}, fishCompletion()},
 		{"groff", []string{"-man", "-z", "-wmac"}, manPage("v0")},
 	} {
 		if _, err := exec.LookPath(c.tool); err != nil {
@@ -207,4 +227,85 @@ func TestGeneratedSyntax(t *testing.T) {
 			t.Errorf("%s %q: %v\n%s", c.tool, c.args, err, out)
 		}
 	}
+}
+
+// needShell finds shell, which scripts/test.sh installs: missing, the test
+// fails where privileged tests must run (CI), and is skipped elsewhere.
+func needShell(t *testing.T, shell string) {
+	t.Helper()
+	if _, err := exec.LookPath(shell); err != nil {
+		if os.Getenv("CLAUDE_SANDBOX_REQUIRE_PRIVILEGED") == "1" {
+			t.Fatalf("%s is not installed (scripts/test.sh installs it)", shell)
+		}
+		t.Skipf("%s is not installed (scripts/test.sh installs it)", shell)
+	}
+}
+
+// zshDriver types "claude-sandbox WORDS<TAB><Enter>" into an interactive
+// zsh on a pseudo-terminal (zsh's zpty) whose fpath holds the generated
+// _claude-sandbox, with claude-sandbox a function printing its arguments:
+// what it prints is the line the completion made. $1 is the directory,
+// $2 the words.
+const zshDriver = `zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z 'PS1=; fpath=('"$1"' $fpath); autoload -U compinit; compinit -u -D; claude-sandbox() { print -r -- "$((6*7))<$*>"; }'
+zpty -w -n z "claude-sandbox $2"$'\t'
+out=
+for i in {1..600}; do
+  zpty -r -t z line && out+=$line
+  (( i == 20 )) && zpty -w -n z $'\r'
+  [[ $out == *42\<*\>* ]] && break
+  sleep 0.05
+done
+zpty -d z
+[[ $out == *42\<*\>* ]] || { print -r -- "no answer: $out" >&2; exit 1; }
+out=${out##*42<}
+print -r -- ${out%%>*}
+`
+
+// The generated zsh and fish scripts load in their shells and complete
+// flags, --net's values and --net=VALUE.
+func TestZshFishComplete(t *testing.T) {
+	cases := []struct{ words, zsh, fish string }{
+		{"run --cl", "run --clearenv", "--clearenv"},
+		{"run --net ", "", "host jail none"},
+		{"run --net n", "run --net none", "none"},
+		{"run --net=j", "run --net=jail", "--net=jail"},
+		{"install --dr", "install --dry-run", "--dry-run"},
+		{"uninstall --dr", "uninstall --dry-run", "--dry-run"},
+	}
+	t.Run("zsh", func(t *testing.T) {
+		needShell(t, "zsh")
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "_claude-sandbox"), []byte(zshCompletion()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cases {
+			if c.zsh == "" {
+				continue // a menu, not one line
+			}
+			out, err := exec.Command("zsh", "-f", "-c", zshDriver, "zsh", dir, c.words).CombinedOutput()
+			if got := strings.TrimSpace(string(out)); err != nil || got != c.zsh {
+				t.Errorf("zsh: %q<TAB> made %q (%v), want %q", c.words, got, err, c.zsh)
+			}
+		}
+	})
+	t.Run("fish", func(t *testing.T) {
+		needShell(t, "fish")
+		script := filepath.Join(t.TempDir(), "claude-sandbox.fish")
+		if err := os.WriteFile(script, []byte(fishCompletion()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cases {
+			out, err := exec.Command("fish", "--no-config", "-c", "source $argv[1]; complete -C $argv[2]", script, "claude-sandbox "+c.words).CombinedOutput()
+			var got []string
+			for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				got = append(got, strings.SplitN(l, "\t", 2)[0])
+			}
+			sort.Strings(got)
+			if err != nil || strings.Join(got, " ") != c.fish {
+				t.Errorf("fish: %q completes to %q (%v), want %q", c.words, got, err, c.fish)
+			}
+		}
+	})
 }

@@ -225,7 +225,7 @@ var commands = []command{
 	{name: "install", usage: "install [--prefix DIR] [--real PATH] [--config FILE]", summary: "install the shadow and the guard (root)",
 		options: func() []option { f, _ := newInstallFlags(); return flagOptions(f) }},
 	{name: "uninstall", usage: "uninstall [--prefix DIR]", summary: "undo install",
-		options: func() []option { f, _ := newUninstallFlags(); return flagOptions(f) }},
+		options: func() []option { f, _, _ := newUninstallFlags(); return flagOptions(f) }},
 	{name: "promote", usage: "promote TARGET", summary: "make workspace TARGET install the sandbox itself", args: "dir"},
 	{name: "doctor", usage: "doctor", summary: "check every prerequisite, print the fixes"},
 	{name: "gate", usage: "gate", summary: "the UserPromptSubmit hook: exit 2 outside the sandbox"},

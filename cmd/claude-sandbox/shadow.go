@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/install"
 	"github.com/claude-sandbox/claude-sandbox/shadow"
 )
 
@@ -76,17 +77,8 @@ func shadowMain(args []string, dryRun bool, stdout, stderr io.Writer) int {
 		for _, err := range createState(in.Home, in.UID, in.GID, l.State) {
 			fmt.Fprintln(stderr, "claude: warning:", err)
 		}
-		for _, d := range l.CreateDirs {
-			if err := os.MkdirAll(d, 0o700); err != nil {
-				fmt.Fprintln(stderr, "claude: warning:", err)
-			}
-		}
-		for _, f := range l.CreateFiles {
-			if fh, err := os.OpenFile(f, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
-				fh.Close()
-			} else {
-				fmt.Fprintln(stderr, "claude: warning:", err)
-			}
+		for _, err := range createBindTargets(in.Home, in.UID, in.GID, l.CreateDirs, l.CreateFiles, os.Geteuid() == 0) {
+			fmt.Fprintln(stderr, "claude: warning:", err)
 		}
 		for _, w := range l.Warnings {
 			fmt.Fprintln(stderr, "claude-sandbox: warning:", w)
@@ -120,29 +112,29 @@ func createState(home string, uid, gid int, state []shadow.StateEntry) []error {
 	if len(state) == 0 {
 		return nil
 	}
-	d, err := openTrusted(home)
+	d, err := install.OpenTrusted(home)
 	if err != nil {
 		return []error{err}
 	}
 	defer d.Close()
 	var errs []error
 	for _, e := range state {
-		st, err := d.lstat(e.Name)
+		st, err := d.Lstat(e.Name)
 		switch {
 		case err == nil:
 			if !e.Dir && e.Data != "" && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 {
-				if err := d.seedEmpty(e.Name, e.Data); err != nil {
+				if err := d.SeedEmpty(e.Name, e.Data); err != nil {
 					errs = append(errs, err)
 				}
 			}
 		case !errors.Is(err, unix.ENOENT):
 			errs = append(errs, &fs.PathError{Op: "lstat", Path: filepath.Join(home, e.Name), Err: err})
 		case e.Dir:
-			if err := d.mkdir(e.Name, 0o700, uid, gid); err != nil {
+			if err := d.Mkdir(e.Name, 0o700, uid, gid); err != nil {
 				errs = append(errs, err)
 			}
 		default:
-			if err := d.create(e.Name, []byte(e.Data), 0o600, uid, gid); err != nil && !errors.Is(err, fs.ErrExist) {
+			if err := d.Create(e.Name, []byte(e.Data), 0o600, uid, gid); err != nil && !errors.Is(err, fs.ErrExist) {
 				errs = append(errs, err)
 			}
 		}

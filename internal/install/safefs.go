@@ -1,6 +1,7 @@
-package main
+package install
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -24,44 +25,47 @@ import (
 // fchown on the descriptor of what was just made. The same refusal of
 // symlinked targets as moby/sys's atomicwriter, for the same reason.
 
-// errSymlinkRefused is wrapped by every refusal of a symlink.
-var errSymlinkRefused = errors.New("is a symlink, which install (running as root) does not follow there")
+// ErrSymlinkRefused is wrapped by every refusal of a symlink.
+var ErrSymlinkRefused = errors.New("is a symlink, which install (running as root) does not follow there")
 
-// safeDir is an open directory in such a tree.
-type safeDir struct {
+// Dir is an open directory in such a tree.
+type Dir struct {
 	fd   int
 	path string // for messages
 }
 
-func (d *safeDir) Close() { unix.Close(d.fd) }
+func (d *Dir) Close() { unix.Close(d.fd) }
+
+// Path is the directory's path, for messages.
+func (d *Dir) Path() string { return d.path }
 
 // openTrusted opens a directory whose path root decided (the home from the
 // password database): symlinks in it are the administrator's.
-func openTrusted(path string) (*safeDir, error) {
+func OpenTrusted(path string) (*Dir, error) {
 	fd, err := unix.Open(path, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	return &safeDir{fd: fd, path: path}, nil
+	return &Dir{fd: fd, path: path}, nil
 }
 
 // openNoSymlinks opens the absolute directory path refusing a symlink in
 // any component (for a path that may lie in a user's tree, such as
 // --shared-config), creating missing components owned uid:gid when create
 // is set. created lists the directories made.
-func openNoSymlinks(path string, mode uint32, uid, gid int, create bool) (*safeDir, []string, error) {
-	root, err := openTrusted("/")
+func OpenNoSymlinks(path string, mode uint32, uid, gid int, create bool) (*Dir, []string, error) {
+	root, err := OpenTrusted("/")
 	if err != nil {
 		return nil, nil, err
 	}
 	defer root.Close()
-	return root.walk(strings.TrimPrefix(filepath.Clean(path), "/"), mode, uid, gid, create)
+	return root.Walk(strings.TrimPrefix(filepath.Clean(path), "/"), mode, uid, gid, create)
 }
 
 // walk opens the directory rel below d, one component at a time, refusing
 // symlinks, and (when create is set) making missing components with mode,
 // owned uid:gid. created lists the directories made, as paths.
-func (d *safeDir) walk(rel string, mode uint32, uid, gid int, create bool) (*safeDir, []string, error) {
+func (d *Dir) Walk(rel string, mode uint32, uid, gid int, create bool) (*Dir, []string, error) {
 	cur, err := unix.Dup(d.fd)
 	if err != nil {
 		return nil, nil, err
@@ -102,7 +106,7 @@ func (d *safeDir) walk(rel string, mode uint32, uid, gid int, create bool) (*saf
 		unix.Close(cur)
 		cur = next
 	}
-	return &safeDir{fd: cur, path: path}, created, nil
+	return &Dir{fd: cur, path: path}, created, nil
 }
 
 // openBeneath opens the single name in dirfd, refusing a symlink.
@@ -122,7 +126,7 @@ func openBeneath(dirfd int, name string, flags int) (int, error) {
 func describe(dirfd int, name, path string, err error) error {
 	var st unix.Stat_t
 	if errors.Is(err, unix.ELOOP) || (unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK) {
-		return fmt.Errorf("%s %w", path, errSymlinkRefused)
+		return fmt.Errorf("%s %w", path, ErrSymlinkRefused)
 	}
 	if errors.Is(err, unix.ENOTDIR) {
 		return fmt.Errorf("%s is not a directory", path)
@@ -131,28 +135,41 @@ func describe(dirfd int, name, path string, err error) error {
 }
 
 // lstat reports what name in d is, without following it.
-func (d *safeDir) lstat(name string) (unix.Stat_t, error) {
+func (d *Dir) Lstat(name string) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	return st, err
 }
 
-// create writes data as a new file name in d, atomically, owned uid:gid
+// Create writes data as a new file name in d, atomically, owned uid:gid
 // with mode. An existing name (a symlink included) is left alone: the
 // error is fs.ErrExist.
-func (d *safeDir) create(name string, data []byte, mode uint32, uid, gid int) error {
+func (d *Dir) Create(name string, data []byte, mode uint32, uid, gid int) error {
+	return d.WriteAtomic(name, bytes.NewReader(data), mode, uid, gid, false)
+}
+
+// WriteAtomic is the installer's one file writer: it writes what r holds
+// to a fresh temporary name in d (O_CREAT|O_EXCL|O_NOFOLLOW, so nothing
+// planted there is opened), sets mode and, when uid >= 0, the owner on
+// that descriptor, syncs it, and renames it to name, then syncs d. With
+// replace unset an existing name (a symlink too) is kept and the error
+// is fs.ErrExist; with replace set an existing name is replaced, never
+// written through: a symlink there is replaced by the file (its target
+// is untouched). A failure leaves no temporary file.
+func (d *Dir) WriteAtomic(name string, r io.Reader, mode uint32, uid, gid int, replace bool) error {
 	path := filepath.Join(d.path, name)
 	tmp := fmt.Sprintf(".%s.new-%d", name, os.Getpid())
+	_ = unix.Unlinkat(d.fd, tmp, 0) // a stale one from a killed run of ours
 	fd, err := unix.Openat(d.fd, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
 		return describe(d.fd, tmp, filepath.Join(d.path, tmp), err)
 	}
 	f := os.NewFile(uintptr(fd), path)
-	_, err = f.Write(data)
+	_, err = io.Copy(f, r)
 	if err == nil {
 		err = f.Chmod(os.FileMode(mode))
 	}
-	if err == nil {
+	if err == nil && uid >= 0 {
 		err = f.Chown(uid, gid)
 	}
 	if err == nil {
@@ -162,12 +179,16 @@ func (d *safeDir) create(name string, data []byte, mode uint32, uid, gid int) er
 		err = cerr
 	}
 	if err == nil {
-		err = unix.Renameat2(d.fd, tmp, d.fd, name, unix.RENAME_NOREPLACE)
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-			// A filesystem without RENAME_NOREPLACE: a hard link also
-			// refuses an existing name.
-			if err = unix.Linkat(d.fd, tmp, d.fd, name, 0); err == nil {
-				_ = unix.Unlinkat(d.fd, tmp, 0)
+		if replace {
+			err = unix.Renameat(d.fd, tmp, d.fd, name)
+		} else {
+			err = unix.Renameat2(d.fd, tmp, d.fd, name, unix.RENAME_NOREPLACE)
+			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+				// A filesystem without RENAME_NOREPLACE: a hard link also
+				// refuses an existing name.
+				if err = unix.Linkat(d.fd, tmp, d.fd, name, 0); err == nil {
+					_ = unix.Unlinkat(d.fd, tmp, 0)
+				}
 			}
 		}
 	}
@@ -178,12 +199,13 @@ func (d *safeDir) create(name string, data []byte, mode uint32, uid, gid int) er
 		}
 		return &fs.PathError{Op: "write", Path: path, Err: err}
 	}
+	_ = unix.Fsync(d.fd)
 	return nil
 }
 
 // mkdir makes the directory name in d, owned uid:gid.
-func (d *safeDir) mkdir(name string, mode uint32, uid, gid int) error {
-	sub, _, err := d.walk(name, mode, uid, gid, true)
+func (d *Dir) Mkdir(name string, mode uint32, uid, gid int) error {
+	sub, _, err := d.Walk(name, mode, uid, gid, true)
 	if err != nil {
 		return err
 	}
@@ -193,7 +215,7 @@ func (d *safeDir) mkdir(name string, mode uint32, uid, gid int) error {
 
 // seedEmpty writes data into the existing regular file name in d when it
 // is still empty, refusing a symlink.
-func (d *safeDir) seedEmpty(name, data string) error {
+func (d *Dir) SeedEmpty(name, data string) error {
 	path := filepath.Join(d.path, name)
 	fd, err := openBeneath(d.fd, name, unix.O_WRONLY)
 	if err != nil {
@@ -210,7 +232,7 @@ func (d *safeDir) seedEmpty(name, data string) error {
 }
 
 // readFile reads the regular file name in d, refusing a symlink.
-func (d *safeDir) readFile(name string) ([]byte, error) {
+func (d *Dir) ReadFile(name string) ([]byte, error) {
 	fd, err := openBeneath(d.fd, name, unix.O_RDONLY)
 	if err != nil {
 		return nil, describe(d.fd, name, filepath.Join(d.path, name), err)
