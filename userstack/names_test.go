@@ -1,7 +1,9 @@
 package userstack
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -644,4 +646,93 @@ func TestNamesUDP(t *testing.T) {
 		t.Fatalf("blocks %+v", bl)
 	}
 	d.peer.Close()
+}
+
+// clientHello returns the first flight of a Go TLS client naming sni (no
+// SNI when sni is ""), as the sandbox would send it.
+func clientHello(t *testing.T, sni string) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	defer b.Close()
+	go func() {
+		c := tls.Client(a, &tls.Config{ServerName: sni, InsecureSkipVerify: sni == "", MinVersion: tls.VersionTLS12})
+		c.Handshake() //nolint:errcheck // the peer never answers
+		a.Close()
+	}()
+	buf := make([]byte, 1<<16)
+	var out []byte
+	// The ClientHello is one record: its length is in its header.
+	for len(out) < 5 || len(out) < 5+int(binary.BigEndian.Uint16(out[3:5])) {
+		n, err := b.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, buf[:n]...)
+	}
+	return out
+}
+
+func TestNamesTLSAndHTTPCrossCheck(t *testing.T) {
+	h := newNamesHarness(t, map[string][]uint16{"api.test": nil, "other.test": nil}, NameConfig{})
+	h.zone.addA("api.test", "203.0.113.10")
+	h.zone.addA("other.test", "203.0.113.10") // a shared front
+	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	port := uint16(46000)
+	// open sends payload (in segments of at most seg bytes) on a new flow
+	// to api:443.
+	open := func(payload []byte, seg int) netip.AddrPort {
+		port++
+		src := netip.AddrPortFrom(jail4, port)
+		dst := netip.AddrPortFrom(api, 443)
+		iss := h.handshake(t, src, dst)
+		for off := 0; off < len(payload); off += seg {
+			end := min(off+seg, len(payload))
+			h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001 + uint32(off), ack: iss + 1, payload: payload[off:end]}.bytes())
+		}
+		return src
+	}
+	expectRelayed := func(payload []byte) {
+		t.Helper()
+		d := h.zone.next(t)
+		if d.address != "203.0.113.10:443" {
+			t.Fatalf("dialed %s", d.address)
+		}
+		got := make([]byte, len(payload))
+		if _, err := io.ReadFull(d.peer, got); err != nil || !bytes.Equal(got, payload) {
+			t.Fatalf("host got %d bytes (%v), want the %d the sandbox sent", len(got), err, len(payload))
+		}
+		d.peer.Close()
+	}
+
+	good := clientHello(t, "API.test")
+	open(good, 1000)
+	expectRelayed(good)
+	// Split in small segments, still the same.
+	open(good, 100)
+	expectRelayed(good)
+	req := []byte("GET / HTTP/1.1\r\nHost: api.test:443\r\nUser-Agent: t\r\n\r\n")
+	open(req, 1000)
+	expectRelayed(req)
+
+	refused := []struct {
+		payload []byte
+		rule    string
+	}{
+		{clientHello(t, "other.test"), "sni mismatch: other.test"},
+		{clientHello(t, "evil.example"), "sni mismatch: evil.example"},
+		{clientHello(t, ""), "no sni"},
+		{[]byte("GET / HTTP/1.1\r\nHost: other.test\r\n\r\n"), "http host mismatch: other.test"},
+		{append([]byte{0x16, 0x03, 0x01, 0x00, 0x05}, 0x01, 0xff, 0xff, 0xff, 0x00), "malformed TLS first message"},
+	}
+	for _, r := range refused {
+		before := len(h.blocks.list())
+		open(r.payload, 1000)
+		h.waitRST(t)
+		h.zone.none(t)
+		bl := h.blocks.list()
+		if len(bl) != before+1 || bl[before].Name != "api.test" || bl[before].Rule != r.rule || bl[before].Proto != netpolicy.ProtoTCP {
+			t.Fatalf("blocks %+v, want tcp api.test (%s)", bl[before:], r.rule)
+		}
+	}
+	h.zone.none(t)
 }
