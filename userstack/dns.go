@@ -202,6 +202,7 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 			return build(resp, qs, nil, limit)
 		}
 		addrs, rcode, err := n.lookup(ctx, name, question.Type)
+		n.prefetch(name, question.Type)
 		if err != nil {
 			n.st.cfg.Logf("userstack: dns %s %v: %v", name, question.Type, err)
 			resp.RCode = dnsmessage.RCodeServerFailure
@@ -442,4 +443,26 @@ func (st *Stack) exchangeOnce(ctx context.Context, network string, up netip.Addr
 		return nil, fmt.Errorf("the upstream answer: %w", err)
 	}
 	return &m, nil
+}
+
+// prefetch resolves the other address family of name in the background,
+// so that a UDP flow to the name finds both in the cache (udpAdmit never
+// waits on the packet path) without dropping its first datagram.
+func (n *names) prefetch(name string, asked dnsmessage.Type) {
+	other := dnsmessage.TypeAAAA
+	if asked == dnsmessage.TypeAAAA {
+		other = dnsmessage.TypeA
+	}
+	n.mu.Lock()
+	e, ok := n.cache[cacheKey{name, other}]
+	fresh := ok && n.st.cfg.Now().Before(e.expires)
+	n.mu.Unlock()
+	if fresh {
+		return
+	}
+	st := n.st
+	st.goFlow(func() {
+		defer st.wg.Done()
+		_, _, _ = n.lookup(st.ctx, name, other)
+	})
 }

@@ -327,8 +327,12 @@ func TestNamesDNSStub(t *testing.T) {
 			}
 		}
 	}
-	if asked := h.zone.asked(); len(asked) != before {
-		t.Fatalf("names not on the list reached upstream: %v", asked[before:])
+	for _, q := range h.zone.asked()[before:] {
+		// Only the background lookups of allowed names (the other
+		// address family) may have come since.
+		if !strings.HasPrefix(q, "nope.wild.test ") && !strings.HasPrefix(q, "api.test ") && !strings.HasPrefix(q, "cdn.test ") && !strings.HasPrefix(q, "v4only.test ") {
+			t.Fatalf("names not on the list reached upstream: %v", q)
+		}
 	}
 	for _, q := range h.zone.asked() {
 		if strings.Contains(q, "evil") || strings.Contains(q, "exfil") || strings.HasPrefix(q, "wild.test ") {
