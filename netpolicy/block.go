@@ -119,6 +119,9 @@ func (t *Tally) Add(b Block) {
 		// By name: every synthetic or resolver address of one name and
 		// port counts as one destination.
 		k.dst = netip.AddrPortFrom(netip.Addr{}, b.Dst.Port())
+		if b.Dst.Port() == DNSPort && b.Proto != ProtoICMP {
+			k.proto = 0 // a query, over UDP or TCP alike: "dns NAME"
+		}
 	}
 	if t.counts == nil {
 		t.counts = map[blockKey]int{}

@@ -274,8 +274,14 @@ func (st *Stack) check(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verd
 		return netpolicy.Verdict{Rule: "synthetic address of a name (only TCP and UDP reach names)"}
 	}
 	v := st.cfg.Policy.Check(proto, dst)
-	if st.names != nil && v.Allowed && v.Rule == netpolicy.RuleInternet {
+	switch {
+	case st.names == nil || !v.Allowed:
+	case v.Rule == netpolicy.RuleInternet:
 		return netpolicy.Verdict{Rule: "not on the domain allowlist (an address, not a name: allow it with --allow-ip)"}
+	case strings.HasSuffix(v.Rule, "allow-cidr "+st.names.cfg.Pool4.String()):
+		// The pool's NAT64 forms, which its allow-cidr entry (the jail's
+		// punch) opens too: they lead to no name.
+		return netpolicy.Verdict{Rule: "synthetic address pool in another form (NAT64)"}
 	}
 	return v
 }

@@ -740,3 +740,28 @@ func TestNamesTLSAndHTTPCrossCheck(t *testing.T) {
 	}
 	h.zone.none(t)
 }
+
+// The pool's NAT64 forms (which the jail's allow-cidr punch for the pool
+// also opens) lead nowhere.
+func TestNamesPoolNAT64FormRefused(t *testing.T) {
+	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	z := newZoneDialer()
+	h.start(t, Config{
+		Policy:     netpolicy.MustNew(netpolicy.Config{Allow: []netip.Prefix{DefaultPool4, DefaultPool6}}),
+		Dialer:     z,
+		VirtualDNS: []netip.Addr{dns4},
+		Upstreams:  []netip.AddrPort{upstream},
+		Now:        h.clock.now,
+		Names:      &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"api.test": nil}}},
+	})
+	src := netip.AddrPortFrom(jail6, 47000)
+	dst := netip.MustParseAddrPort("[64:ff9b::198.18.0.1]:443")
+	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagSyn, seq: 1000}.bytes())
+	if o := readOut(t, h.ep); !o.tcp().Flags().Contains(header.TCPFlagRst) {
+		t.Fatalf("got %v, want RST", o.tcp().Flags())
+	}
+	z.none(t)
+	if bl := h.blocks.list(); len(bl) != 1 || !strings.Contains(bl[0].Rule, "NAT64") {
+		t.Fatalf("blocks %+v", bl)
+	}
+}
