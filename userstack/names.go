@@ -422,8 +422,7 @@ func (st *Stack) NameOf(a netip.Addr) (string, bool) {
 	return st.names.nameOf(a)
 }
 
-// sortAddrs keeps a stable order for the answer's addresses (upstream
-// order), deduplicated.
+// dedupAddrs drops repeated addresses, keeping the upstream order.
 func dedupAddrs(in []netip.Addr) []netip.Addr {
 	out := in[:0]
 	for _, a := range in {

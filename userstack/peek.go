@@ -1,7 +1,6 @@
 package userstack
 
 import (
-	"bytes"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -112,7 +111,7 @@ func (f *tcpFlow) peekEstablished() {
 	p.arm(f.st.names.cfg.PeekTimeout)
 }
 
-// peekRoom is how much more of the sandbox's data the flow buffers: while
+// rcvRoom is how much more of the sandbox's data the flow buffers: while
 // it peeks, up to peekMax.
 func (f *tcpFlow) rcvRoom() int {
 	if f.peek != nil && !f.peek.done {
@@ -126,6 +125,10 @@ func (f *tcpFlow) rcvRoom() int {
 func (f *tcpFlow) peekData() {
 	p := f.peek
 	if p.done || f.state == tcpClosed || (f.pendLen == 0 && !f.finRcvd) {
+		return
+	}
+	if f.pendLen == 0 {
+		p.decide(sniffNotThis, "") // closed without a byte: nothing to check
 		return
 	}
 	b := make([]byte, 0, f.pendLen)
@@ -230,9 +233,3 @@ func (p *peekState) dial() {
 	// writing stays set: the first EPOLLOUT (the connect's end) flushes
 	// pend, passes a FIN on and clears it; a failed connect ends there.
 }
-
-// peeking reports whether the flow still waits for its first bytes or its
-// dial (no host socket).
-func (f *tcpFlow) peeking() bool { return f.peek != nil }
-
-var _ = bytes.Equal
