@@ -282,3 +282,74 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// BenchmarkJailDomains compares the jail with and without the domain
+// allowlist: connection rate and per-connection time to first byte
+// (connect, send a byte, read its echo, close: the client speaks first, so
+// the allowlist's peek ends with the first byte), a server that speaks
+// first (the allowlist dials only after its 250 ms peek timeout), and
+// 1-byte request/response on one connection. Every connection dials a
+// name, as a client would (Go's resolver asks the jail's DNS each time);
+// "literal" dials the address. One launch per row; figures printed side
+// by side, nothing asserted. Run: go test ./integration/ -run '^$' -bench
+// JailDomains -benchtime 1x
+func BenchmarkJailDomains(b *testing.B) {
+	l := newLab(b)
+	d := &namesLab{names: map[string]string{"api.test.": labInternet}}
+	l.serveNames(l.world, labDNS+":53", d)
+	l.serveTCP(l.world, labInternet+":5103", func(c net.Conn) { // 1-byte echo
+		var x [1]byte
+		for {
+			if _, err := c.Read(x[:]); err != nil {
+				return
+			}
+			if _, err := c.Write(x[:]); err != nil {
+				return
+			}
+		}
+	})
+	l.serveTCP(l.world, labInternet+":5104", func(c net.Conn) { // greets, waits for the close
+		_, _ = c.Write([]byte{'g'})
+		var x [1]byte
+		_, _ = c.Read(x[:])
+	})
+	client := testutil.Build(b, "./integration/netbench")
+	bin := testutil.Build(b, "./cmd/claude-sandbox")
+	rows := []struct {
+		name string
+		opts []string
+		host string
+	}{
+		{"jail, literal", nil, labInternet},
+		{"jail, by name", nil, "api.test"},
+		{"allowlist, by name", []string{"--allow-domain", "api.test"}, "api.test"},
+	}
+	out := map[string][]string{}
+	for i := 0; i < b.N; i++ {
+		for _, r := range rows {
+			args := append(append([]string{"run"}, r.opts...), "--", client,
+				"cpse", r.host+":5103", "1000", "cps", r.host+":5104", "8", "rr", r.host+":5103", "2000")
+			res := testutil.Run(b, l.jailCmd(0, bin, args...))
+			if res.Code != 0 {
+				b.Fatalf("%s: %v", r.name, res)
+			}
+			out[r.name] = strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		}
+	}
+	// cps/cpse: "cps ADDR CONN_PER_S FAILED P50_US P99_US MAX_US"; rr: "rr MEAN_US P50_US".
+	field := func(line string, i int) string {
+		f := strings.Fields(line)
+		if i < len(f) {
+			return f[i]
+		}
+		return "?"
+	}
+	b.Logf("%-20s %12s %12s %12s %18s %12s", "", "conn/s", "p50 us", "p99 us", "server-first p50", "rr p50 us")
+	for _, r := range rows {
+		o := out[r.name]
+		if len(o) < 3 {
+			b.Fatalf("%s: output %q", r.name, o)
+		}
+		b.Logf("%-20s %12s %12s %12s %18s %12s", r.name, field(o[0], 2), field(o[0], 4), field(o[0], 5), field(o[1], 4), field(o[2], 2))
+	}
+}

@@ -765,3 +765,39 @@ func TestNamesPoolNAT64FormRefused(t *testing.T) {
 		t.Fatalf("blocks %+v", bl)
 	}
 }
+
+// A short message that might begin an HTTP request line, then silence (a
+// client waiting for its answer): relayed after the peek timeout. The
+// start of a ClientHello, then silence: refused.
+func TestNamesPeekTimeoutPartial(t *testing.T) {
+	h := newNamesHarness(t, map[string][]uint16{"api.test": nil}, NameConfig{PeekTimeout: 20 * time.Millisecond})
+	h.zone.addA("api.test", "203.0.113.10")
+	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	src := netip.AddrPortFrom(jail4, 48000)
+	dst := netip.AddrPortFrom(api, 6379)
+	iss := h.handshake(t, src, dst)
+	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: []byte("x")}.bytes())
+	d := h.zone.next(t)
+	buf := make([]byte, 8)
+	if n, err := d.peer.Read(buf); err != nil || string(buf[:n]) != "x" {
+		t.Fatalf("host read %q %v", buf[:n], err)
+	}
+	d.peer.Close()
+	if bl := h.blocks.list(); len(bl) != 0 {
+		t.Fatalf("blocks %+v", bl)
+	}
+
+	old := peekWaitMax
+	peekWaitMax = 50 * time.Millisecond
+	defer func() { peekWaitMax = old }()
+	src2 := netip.AddrPortFrom(jail4, 48001)
+	dst2 := netip.AddrPortFrom(api, 443)
+	iss = h.handshake(t, src2, dst2)
+	hello := clientHello(t, "other.test")
+	h.send(tcpSeg{src: src2, dst: dst2, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: hello[:20]}.bytes())
+	h.waitRST(t)
+	h.zone.none(t)
+	if bl := h.blocks.list(); len(bl) != 1 || bl[0].Rule != "incomplete TLS ClientHello" {
+		t.Fatalf("blocks %+v", bl)
+	}
+}

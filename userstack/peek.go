@@ -29,17 +29,19 @@ import (
 // host once it connects, and the flow goes on as any relayed flow. A
 // client that waits for the server to speak first (SSH, SMTP) sends
 // nothing: after PeekTimeout without a byte the flow is dialed as
-// "neither". Bytes that start a ClientHello or request but stop short of
-// its end are waited for up to peekWaitMax in all, then refused.
+// "neither". A short message followed by silence that may begin an HTTP
+// request line (any word: "x", "PING") is dialed as "neither" after
+// PeekTimeout too; the start of a ClientHello that stops short of its end
+// is waited for up to peekWaitMax in all, then refused.
 //
 // What the sandbox sees differs from a plain relayed flow in one way: its
 // connect succeeds before the host is reached, so a refused or
 // unreachable destination ends in a RST after the connect instead of a
 // failed connect.
 
-// peekWaitMax bounds the wait for the rest of a ClientHello or request
-// that has begun.
-const peekWaitMax = 10 * time.Second
+// peekWaitMax bounds the wait for the rest of a ClientHello that has
+// begun (a variable for the tests).
+var peekWaitMax = 10 * time.Second
 
 // peekState is a flow's deferred dial, while it lasts (tcpFlow.peek).
 type peekState struct {
@@ -64,11 +66,30 @@ func (p *peekState) timerFired(*loopTimer) {
 		p.decide(sniffNotThis, "")
 		return
 	}
+	if _, res := sniffTLS(f.pendBytes()); res != sniffNeedMore {
+		// The start of what may be an HTTP request line (any token is a
+		// method), and then silence: a short message of another
+		// protocol ("x", "PING") waiting for its answer. Relayed as
+		// neither: a client pausing in its request line gains nothing
+		// it could not have with bytes that are no HTTP at all.
+		p.decide(sniffNotThis, "")
+		return
+	}
+	// A ClientHello begun and not finished: TLS clients send it whole.
 	if time.Since(p.started) >= peekWaitMax {
-		p.refuse("incomplete TLS ClientHello or HTTP request")
+		p.refuse("incomplete TLS ClientHello")
 		return
 	}
 	p.arm(f.st.names.cfg.PeekTimeout)
+}
+
+// pendBytes is the sandbox's data held so far, in one slice.
+func (f *tcpFlow) pendBytes() []byte {
+	b := make([]byte, 0, f.pendLen)
+	for _, c := range f.pend {
+		b = append(b, c...)
+	}
+	return b
 }
 
 func (p *peekState) arm(d time.Duration) {
@@ -131,10 +152,7 @@ func (f *tcpFlow) peekData() {
 		p.decide(sniffNotThis, "") // closed without a byte: nothing to check
 		return
 	}
-	b := make([]byte, 0, f.pendLen)
-	for _, c := range f.pend {
-		b = append(b, c...)
-	}
+	b := f.pendBytes()
 	name, res := sniffTLS(b)
 	kind := "TLS"
 	if res == sniffNotThis {
