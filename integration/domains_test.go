@@ -285,8 +285,9 @@ func contains(list []string, s string) bool {
 
 // BenchmarkJailDomains compares the jail with and without the domain
 // allowlist: connection rate and per-connection time to first byte
-// (connect, send a byte, read its echo, close: the client speaks first, so
-// the allowlist's peek ends with the first byte), a server that speaks
+// (connect, send a zero byte, read its echo, close: the client speaks
+// first, so the allowlist's peek ends with that byte, which is neither TLS
+// nor HTTP), a server that speaks
 // first (the allowlist dials only after its 250 ms peek timeout), and
 // 1-byte request/response on one connection. Every connection dials a
 // name, as a client would (Go's resolver asks the jail's DNS each time);
@@ -328,7 +329,7 @@ func BenchmarkJailDomains(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for _, r := range rows {
 			args := append(append([]string{"run"}, r.opts...), "--", client,
-				"cpse", r.host+":5103", "1000", "cps", r.host+":5104", "8", "rr", r.host+":5103", "2000")
+				"cpse", r.host+":5103", "500", "cps", r.host+":5104", "8", "rr", r.host+":5103", "2000")
 			res := testutil.Run(b, l.jailCmd(0, bin, args...))
 			if res.Code != 0 {
 				b.Fatalf("%s: %v", r.name, res)

@@ -10,8 +10,8 @@
 //	rr ADDR N              N 1-byte TCP request/responses; prints "rr MEAN_US P50_US"
 //	cps ADDR N             N connect, read 1-byte greeting, close; prints
 //	                       "cps ADDR CONN_PER_S FAILED P50_US P99_US MAX_US"
-//	cpse ADDR N            N connect, send 1 byte, read its echo, close (the
-//	                       client speaks first); prints as cps does
+//	cpse ADDR N            N connect, send a zero byte, read its echo, close
+//	                       (the client speaks first); prints as cps does
 //	udprr ADDR N           N 8-byte UDP request/responses; prints "udprr MEAN_US P50_US LOST"
 //	idle MS                prints "ready", then sleeps MS milliseconds
 //
@@ -235,7 +235,7 @@ func cps(addr string, n int, echo bool) (string, error) {
 		}
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 		if echo {
-			b[0] = 'x'
+			b[0] = 0 // no TLS or HTTP prefix: nothing for a peek to wait for
 			if _, err = c.Write(b); err != nil {
 				c.Close()
 				return "", fmt.Errorf("connection %d: %w", done, err)
