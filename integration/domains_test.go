@@ -354,3 +354,35 @@ func BenchmarkJailDomains(b *testing.B) {
 		b.Logf("%-20s %12s %12s %12s %18s %12s", r.name, field(o[0], 2), field(o[0], 4), field(o[0], 5), field(o[1], 4), field(o[2], 2))
 	}
 }
+
+// sandbox.Spec.AllowDomains, through examples/embed: the allowed name
+// connects, its address and a name not on the list are refused, and the
+// embedder's events name the domain. As root and as nobody.
+func TestEmbedDomainAllowlist(t *testing.T) {
+	bin := testutil.Build(t, "./examples/embed")
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		d := &namesLab{names: map[string]string{"api.test.": labInternet, "evil.test.": labInternet}}
+		l.serveNames(l.world, labDNS+":53", d)
+		l.echoTCP(l.world, labInternet+":80")
+		dir := testutil.MkdirFor(t, uid)
+		dial := strings.Join([]string{"api.test:80", labInternet + ":80", "evil.test:80"}, ",")
+		r := testutil.Run(t, l.jailCmd(uid, bin, "-dir", dir, "-dial", dial, "-allow-domain", "api.test"))
+		if r.Code != 0 {
+			t.Fatalf("examples/embed: %v", r)
+		}
+		for _, want := range []string{
+			"inside: api.test:80: connected\n",
+			"blocked: tcp " + labInternet + ":80 (not on the domain allowlist",
+			"inside: " + labInternet + ":80: dial tcp " + labInternet + ":80: connect: connection refused\n",
+			"blocked: dns evil.test (domain not allowed)\n",
+			"inside: evil.test:80: dial tcp: lookup evil.test",
+		} {
+			if !strings.Contains(r.Stdout, want) {
+				t.Errorf("output lacks %q:\n%v", want, r)
+			}
+		}
+		if contains(d.log(), "evil.test.") {
+			t.Errorf("the lab DNS was asked for evil.test: %v", d.log())
+		}
+	})
+}
