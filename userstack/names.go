@@ -340,8 +340,9 @@ func (n *names) admit(proto netpolicy.Proto, dst netip.AddrPort) (nf *nameFlow, 
 // resolveTarget resolves name on the host side at connect time and
 // returns the first address (of v6's family first) the policy does not
 // block, with port. It records a block when every address is blocked.
-// It may block (a query upstream): never on the event loop.
-func (n *names) resolveTarget(ctx context.Context, proto netpolicy.Proto, dst netip.AddrPort, name string) (netip.AddrPort, bool) {
+// With wait it may block (a query upstream): never on the event loop;
+// without, it takes only what the cache holds.
+func (n *names) resolveTarget(ctx context.Context, proto netpolicy.Proto, dst netip.AddrPort, name string, wait bool) (netip.AddrPort, bool) {
 	st := n.st
 	v6 := dst.Addr().Is6() && !dst.Addr().Is4In6()
 	order := []dnsmessage.Type{dnsmessage.TypeA, dnsmessage.TypeAAAA}
@@ -351,7 +352,13 @@ func (n *names) resolveTarget(ctx context.Context, proto netpolicy.Proto, dst ne
 	var blocked []string
 	found := false
 	for _, t := range order {
-		addrs, _, err := n.lookup(ctx, name, t)
+		var addrs []netip.Addr
+		var err error
+		if wait {
+			addrs, _, err = n.lookup(ctx, name, t)
+		} else {
+			addrs = n.cached(name, t)
+		}
 		if err != nil {
 			st.cfg.Logf("userstack: resolve %s %v: %v", name, t, err)
 			continue
@@ -378,6 +385,17 @@ func (n *names) resolveTarget(ctx context.Context, proto netpolicy.Proto, dst ne
 		st.blockName(proto, dst, name, "does not resolve on the host")
 	}
 	return netip.AddrPort{}, false
+}
+
+// cached returns what the cache holds, fresh, for name and t.
+func (n *names) cached(name string, t dnsmessage.Type) []netip.Addr {
+	now := n.st.cfg.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if e, ok := n.cache[cacheKey{name, t}]; ok && now.Before(e.expires) {
+		return e.addrs
+	}
+	return nil
 }
 
 // lookup resolves name's records of type t (A or AAAA) through the
@@ -487,8 +505,8 @@ func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool) {
 		})
 		return false, false
 	}
-	// Fresh in the cache: resolveTarget does not wait.
-	target, ok := n.resolveTarget(n.st.ctx, netpolicy.ProtoUDP, dst, nf.name)
+	// Fresh in the cache: resolveTarget takes it from there.
+	target, ok := n.resolveTarget(n.st.ctx, netpolicy.ProtoUDP, dst, nf.name, false)
 	if !ok {
 		return false, true
 	}
