@@ -34,8 +34,11 @@
 // range is punched for every port in the route plan; the kernel layer's
 // filter and the userstack still enforce port 53.
 //
-// When not to use it: it is not a firewall for arbitrary hosts, and it knows
-// nothing about host names; a hostname allowlist (SNI/HTTP proxy) is a
-// different control. Build the policy only from trusted configuration (root
+// Host names: [DomainRule], [ParseDomain] and [ExpandDomains] (with the
+// [Presets]) parse the --allow-domain and --deny-domain entries, and
+// [Domains] answers "may this name be resolved" and "may a flow to
+// name:port leave"; the address checks above know nothing about names.
+//
+// When not to use it: it is not a firewall for arbitrary hosts. Build the policy only from trusted configuration (root
 // owned files under /etc), never from anything the sandbox can write.
 package netpolicy

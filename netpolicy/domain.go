@@ -60,7 +60,7 @@ func ParseDomain(s string) (DomainRule, error) {
 	if in == "" {
 		return DomainRule{}, fmt.Errorf("empty domain: give a host name such as example.com or *.example.com")
 	}
-	if i := strings.Index(in, "://"); i >= 0 || strings.ContainsAny(in, "/?#@") {
+	if strings.Contains(in, "://") || strings.ContainsAny(in, "/?#@") {
 		return DomainRule{}, fmt.Errorf("domain %q looks like a URL: give the host name only%s", s, urlHostHint(in))
 	}
 	if isIPLiteral(in) {
@@ -103,8 +103,10 @@ func ParseDomain(s string) (DomainRule, error) {
 	if strings.Contains(name, "*") {
 		return DomainRule{}, fmt.Errorf("domain %q: '*' may only be the whole first label, as in *.example.com", s)
 	}
-	if strings.HasPrefix(name, ".") {
-		return DomainRule{}, fmt.Errorf("domain %q starts with a dot: write *.%s for its subdomains, %s for the name itself", s, strings.TrimLeft(name, "."), strings.TrimLeft(name, "."))
+	if rest := strings.TrimLeft(name, "."); rest != name {
+		if cn, err := checkName(rest); err == nil && strings.Contains(cn, ".") {
+			return DomainRule{}, fmt.Errorf("domain %q starts with a dot: write *.%s for its subdomains, %s for the name itself", s, cn, cn)
+		}
 	}
 	cn, err := checkName(name)
 	if err != nil {
@@ -139,10 +141,11 @@ func urlHostHint(s string) string {
 	if s == "" {
 		return ""
 	}
-	if _, err := ParseDomain(s); err != nil {
+	r, err := ParseDomain(s)
+	if err != nil {
 		return ""
 	}
-	return ", e.g. " + s
+	return ", e.g. " + r.String()
 }
 
 // isIPLiteral reports whether s is an IPv4 or IPv6 address, bracketed or

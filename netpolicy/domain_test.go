@@ -90,7 +90,7 @@ func TestParseDomainErrors(t *testing.T) {
 		{"1.2.3", `domain "1.2.3" ends in a numeric label, which reads as an IP address: use --allow-ip for addresses`},
 		{"010.1.1.1", `domain "010.1.1.1" ends in a numeric label, which reads as an IP address: use --allow-ip for addresses`},
 		{"https://x.com/path", `domain "https://x.com/path" looks like a URL: give the host name only, e.g. x.com`},
-		{"http://user@X.com:8080/", `domain "http://user@X.com:8080/" looks like a URL: give the host name only, e.g. X.com:8080`},
+		{"http://user@X.com:8080/", `domain "http://user@X.com:8080/" looks like a URL: give the host name only, e.g. x.com:8080`},
 		{"x.com/path", `domain "x.com/path" looks like a URL: give the host name only, e.g. x.com`},
 		{"https://", `domain "https://" looks like a URL: give the host name only`},
 		{"bücher.de", `domain "bücher.de" is not ASCII: give its punycode (xn--) form, probably xn--bcher-kva.de`},
@@ -401,6 +401,7 @@ func TestPresets(t *testing.T) {
 		t.Fatal("no presets")
 	}
 	seenPreset := map[string]bool{}
+	inPreset := map[DomainRule]string{} // no rule in two presets
 	for i, p := range ps {
 		if i > 0 && ps[i-1].Name >= p.Name {
 			t.Errorf("presets not sorted: %s before %s", ps[i-1].Name, p.Name)
@@ -425,6 +426,10 @@ func TestPresets(t *testing.T) {
 			if seen[r] {
 				t.Errorf("preset %s: duplicate rule %q", p.Name, e.Rule)
 			}
+			if other, ok := inPreset[r]; ok && other != p.Name {
+				t.Errorf("rule %q is in both %s and %s", e.Rule, other, p.Name)
+			}
+			inPreset[r] = p.Name
 			seen[r] = true
 			if e.Reason == "" || strings.Contains(e.Reason, "\n") {
 				t.Errorf("preset %s: rule %q needs a one-line reason", p.Name, e.Rule)
@@ -474,4 +479,66 @@ func ExampleParseDomain() {
 	// Output:
 	// example.com true 443
 	// domain "https://example.com/x" looks like a URL: give the host name only, e.g. example.com
+}
+
+// FuzzParseDomain: no panics; an accepted rule is canonical, round-trips
+// through String, and its name is a valid CanonicalName; errors are one
+// line.
+func FuzzParseDomain(f *testing.F) {
+	for _, s := range []string{"example.com", "*.Example.com.:443", "a..b", "*.com", "1.2.3.4", "[::1]:80", "https://x.com/p", "bücher.de", "*", "x:0", "@github"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseDomain(s)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error has a newline: %q", err)
+			}
+			return
+		}
+		if n, ok := CanonicalName(r.Name); !ok || n != r.Name {
+			t.Fatalf("ParseDomain(%q).Name = %q, not canonical", s, r.Name)
+		}
+		if r.Wildcard && !strings.Contains(r.Name, ".") {
+			t.Fatalf("ParseDomain(%q) is a wildcard over a TLD", s)
+		}
+		back, err := ParseDomain(r.String())
+		if err != nil || back != r {
+			t.Fatalf("ParseDomain(%q) = %+v does not round-trip: %+v, %v", s, r, back, err)
+		}
+		d := NewDomains([]DomainRule{r}, nil)
+		probe := r.Name
+		if r.Wildcard {
+			probe = "x." + r.Name
+		}
+		if ok, rule := d.Allow(probe, r.Port); !ok || rule != r.String() {
+			t.Fatalf("rule %q does not allow %q: %v", r, probe, rule)
+		}
+		if r.Wildcard {
+			if ok, _ := d.AllowName(r.Name); ok {
+				t.Fatalf("wildcard %q allows its apex", r)
+			}
+		}
+	})
+}
+
+func TestDomainsConcurrent(t *testing.T) {
+	d := NewDomains(mustRules(t, "@github", "*.example.com"), mustRules(t, "bad.example.com"))
+	done := make(chan bool)
+	for g := 0; g < 4; g++ {
+		go func() {
+			for i := 0; i < 1000; i++ {
+				if ok, _ := d.Allow("api.github.com", 443); !ok {
+					t.Error("api.github.com refused")
+				}
+				if ok, _ := d.AllowName("bad.example.com"); ok {
+					t.Error("bad.example.com allowed")
+				}
+			}
+			done <- true
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		<-done
+	}
 }

@@ -18,25 +18,7 @@ type PresetEntry struct {
 	Reason string // one line, for --help and the docs
 }
 
-// presets are kept small on purpose: every name is a way out of the jail,
-// and several of these services accept uploads from anyone with an account
-// (a git push, a package publish, an API call with someone else's key), so
-// a preset is a statement of trust in the service, not a guarantee that
-// nothing can leave. What is left out, and why:
-//
-//   - @claude-code: the telemetry and error-report hosts
-//     (statsig.anthropic.com, sentry.io). Claude Code works without them,
-//     and sentry.io takes events for any project, including one an attacker
-//     owns. Add them by hand if you want Claude Code's telemetry.
-//   - @github: a wildcard over githubusercontent.com (it also serves every
-//     user's uploaded content, e.g. gists), github.io (anyone's pages), and
-//     ghcr.io (containers are not what this preset is for).
-//   - @go: storage.googleapis.com and other bucket hosts: anyone can create
-//     a bucket there, so allowing it opens an upload channel to anyone; the
-//     Go module proxy and checksum database do not need it. Modules fetched
-//     directly from their VCS (GOPROXY=direct, GOPRIVATE) need their own
-//     hosts allowed.
-//   - @npm: the npm web site and the yarn/unpkg CDNs.
+// presets is the table behind Presets; see there for what is left out.
 var presets = []Preset{
 	{Name: "@claude-code", Entries: []PresetEntry{
 		{"api.anthropic.com", "the Claude API (every model request)"},
@@ -49,8 +31,8 @@ var presets = []Preset{
 		{"api.github.com", "the REST and GraphQL API (gh, actions, tools that query releases)"},
 		{"codeload.github.com", "source archives (tarball and zip downloads)"},
 		{"raw.githubusercontent.com", "raw file downloads"},
-		{"objects.githubusercontent.com", "release assets and LFS objects"},
-		{"release-assets.githubusercontent.com", "release assets (newer download host)"},
+		{"objects.githubusercontent.com", "release asset downloads (older host)"},
+		{"release-assets.githubusercontent.com", "release asset downloads (current host)"},
 	}},
 	{Name: "@go", Entries: []PresetEntry{
 		{"proxy.golang.org", "the Go module proxy (module and toolchain downloads)"},
@@ -67,6 +49,30 @@ var presets = []Preset{
 
 // Presets returns the known presets sorted by name, for help and docs. The
 // result is a copy.
+//
+// The presets are small on purpose: every name is a way out of the jail,
+// and several of these services take uploads from anyone with an account
+// (a git push, a package publish, an API call made with someone else's
+// key), so a preset says which services are trusted, not that nothing can
+// leave through them. What is left out, and why:
+//
+//   - @claude-code: the telemetry and error-report hosts
+//     (statsig.anthropic.com, sentry.io) and the auto-updater's download
+//     hosts. Claude Code works without them; sentry.io takes events for any
+//     project, one an attacker owns included; and a sandboxed tool should
+//     not update itself. Allow them by hand if you want them.
+//   - @github: a wildcard over githubusercontent.com (it also serves every
+//     user's gists and uploads), Git LFS object hosts, github.io (anyone's
+//     pages) and ghcr.io (container images). Allow what you use by hand.
+//   - @go: storage.googleapis.com: anyone can create a bucket there, so
+//     allowing the host opens an upload channel to anyone, and the module
+//     proxy and checksum database do not need it. Modules fetched from
+//     their origin (GOPROXY=direct, GOPRIVATE, GONOSUMDB) need their own
+//     hosts allowed.
+//   - @npm: the npm web site and other registries and CDNs (yarnpkg,
+//     unpkg, jsdelivr).
+//   - @pypi: other indexes (--extra-index-url hosts) and whatever a
+//     package's build step downloads by itself.
 func Presets() []Preset {
 	out := make([]Preset, len(presets))
 	for i, p := range presets {

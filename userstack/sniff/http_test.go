@@ -49,6 +49,7 @@ func TestHTTPHost(t *testing.T) {
 		{"folded line", "GET / HTTP/1.1\r\nX: y\r\n Host: evil.test\r\nHost: a.test\r\n\r\n", "", Malformed},
 		{"bare lf in headers", "GET / HTTP/1.1\r\nHost: a.test\r\nX: y\nHost: evil.test\r\n\r\n", "", Malformed},
 		{"bare cr in headers", "GET / HTTP/1.1\r\nHost: a.test\r\nX: y\rHost: evil.test\r\n\r\n", "", Malformed},
+		{"bare lf hides a header", "GET / HTTP/1.1\r\nX: y\nHost: evil.test\r\n\r\n", "", Malformed},
 		{"bare lf ends request line", "GET / HTTP/1.1\nHost: a.test\n\n", "", Malformed},
 		{"bare lf ends headers", "GET / HTTP/1.1\r\nHost: a.test\n\n", "", Malformed},
 		{"no colon", "GET / HTTP/1.1\r\nHost a.test\r\n\r\n", "", Malformed},
@@ -72,6 +73,13 @@ func TestHTTPHost(t *testing.T) {
 		host, res := HTTPHost([]byte(tt.in))
 		if host != tt.want || res != tt.res {
 			t.Errorf("%s: HTTPHost(%q) = %q, %v; want %q, %v", tt.name, tt.in, host, res, tt.want, tt.res)
+		}
+		goHost, parsed := goRequestHost([]byte(tt.in))
+		switch {
+		case res == Found && parsed && !strings.EqualFold(goHost, host):
+			t.Errorf("%s: net/http reads host %q, HTTPHost %q", tt.name, goHost, host)
+		case res == Malformed && parsed:
+			t.Logf("%s: Malformed here, net/http reads host %q", tt.name, goHost)
 		}
 	}
 }
@@ -140,4 +148,26 @@ func TestHTTPHostGoClient(t *testing.T) {
 			t.Errorf("%s: HTTPHost = %q, %v; want %q\n%s", tt.url, host, res, tt.want, buf.Bytes())
 		}
 	}
+}
+
+// goRequestHost is the host net/http's server would use for the request at
+// the start of b (the port and IPv6 brackets stripped), if it reads one.
+func goRequestHost(b []byte) (string, bool) {
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(b)))
+	if err != nil {
+		return "", false
+	}
+	h := req.Host
+	if req.URL != nil && req.URL.Host != "" {
+		h = req.URL.Host
+	}
+	if strings.HasPrefix(h, "[") {
+		if i := strings.IndexByte(h, ']'); i > 0 {
+			return h[1:i], true
+		}
+	}
+	if i := strings.LastIndexByte(h, ':'); i >= 0 {
+		h = h[:i]
+	}
+	return h, true
 }

@@ -17,11 +17,17 @@
 // headers, bare line feeds, lengths that do not add up) is [Malformed],
 // so a caller that refuses Malformed flows cannot be talked past. Neither
 // reads more than its limit ([MaxClientHello], [MaxHTTPHeader]); a caller
-// never needs to buffer more than that.
+// never needs to buffer more than that. They hold no state and never block:
+// a caller waiting for NeedMore to turn into an answer needs its own time
+// limit, since a client of another protocol may send a few bytes that could
+// start a request ("HELO") and then wait for the server to speak.
 //
 // What it deliberately does not do: no decryption and no certificate
-// checks (a client may name an allowed host and then talk to whatever
-// answers at that address; the address itself was allowed by DNS). With
+// checks. It sees the name a flow claims first and nothing after: inside
+// TLS the HTTP Host or HTTP/2 :authority may name another host than the SNI
+// (domain fronting), and on a plain HTTP connection kept alive the later
+// requests may name other hosts. Both only reach the address the allowed
+// name resolved to, but a shared front end there may route them on. With
 // Encrypted Client Hello the real (inner) name is encrypted and invisible:
 // the name returned is the outer, public name. HTTP/2 with prior knowledge
 // over cleartext ("PRI * HTTP/2.0") and any other protocol are [NotThis];
@@ -57,4 +63,46 @@ func (r Result) String() string {
 		return "malformed"
 	}
 	return "unknown"
+}
+
+// Proto is the protocol [Name] read a name from.
+type Proto uint8
+
+const (
+	ProtoNone Proto = iota // not decided, or neither TLS nor HTTP/1.x
+	ProtoTLS               // a TLS ClientHello's server_name
+	ProtoHTTP              // a plain HTTP/1.x request's Host
+)
+
+func (p Proto) String() string {
+	switch p {
+	case ProtoTLS:
+		return "tls"
+	case ProtoHTTP:
+		return "http"
+	}
+	return "none"
+}
+
+// Name reads the name a stream claims whichever of TLS and HTTP/1.x it
+// speaks: the first byte decides (0x16, a TLS handshake record, cannot
+// start an HTTP request), and the result is that of [ClientHello] or
+// [HTTPHost]. proto is ProtoNone while res is NeedMore and when it is
+// NotThis. A caller never needs to buffer more than the larger of
+// [MaxClientHello] and [MaxHTTPHeader] bytes.
+func Name(b []byte) (name string, proto Proto, res Result) {
+	if len(b) == 0 {
+		return "", ProtoNone, NeedMore
+	}
+	if b[0] == recordHandshake {
+		proto = ProtoTLS
+		name, res = ClientHello(b)
+	} else {
+		proto = ProtoHTTP
+		name, res = HTTPHost(b)
+	}
+	if res == NeedMore || res == NotThis {
+		proto = ProtoNone
+	}
+	return name, proto, res
 }

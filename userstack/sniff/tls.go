@@ -113,7 +113,7 @@ func reassemble(b []byte) ([]byte, Result) {
 				// client must wait for the server's answer.
 				return nil, Malformed
 			}
-			return msg, Found
+			return msg[:need], Found
 		}
 	}
 }

@@ -156,6 +156,17 @@ func TestClientHelloHandBuilt(t *testing.T) {
 		if name != tt.want || res != tt.res {
 			t.Errorf("%s: ClientHello = %q, %v; want %q, %v", tt.name, name, res, tt.want, tt.res)
 		}
+		// crypto/tls's server agrees on the name when it parses the hello,
+		// and refuses what this parser calls Malformed.
+		goName, parsed := goServerName(tt.b)
+		switch {
+		case res == Found && parsed && goName != name:
+			t.Errorf("%s: crypto/tls sees %q, ClientHello %q", tt.name, goName, name)
+		case res == Malformed && parsed:
+			t.Logf("%s: Malformed here, crypto/tls parses it (server name %q)", tt.name, goName)
+		case res == Found && !parsed:
+			t.Logf("%s: Found %q here, crypto/tls refuses it", tt.name, name)
+		}
 	}
 }
 
@@ -305,6 +316,39 @@ func TestResultString(t *testing.T) {
 	for r, s := range map[Result]string{NeedMore: "need more", Found: "found", NotThis: "not this protocol", Malformed: "malformed", 9: "unknown"} {
 		if r.String() != s {
 			t.Errorf("%d.String() = %q", r, r.String())
+		}
+	}
+}
+
+func TestName(t *testing.T) {
+	tlsHello := records(defaultHello(sniExt("tls.example.com")).body(), 50)
+	httpReq := []byte("GET / HTTP/1.1\r\nHost: http.example.com\r\n\r\n")
+	for _, tt := range []struct {
+		name  string
+		b     []byte
+		want  string
+		proto Proto
+		res   Result
+	}{
+		{"tls", tlsHello, "tls.example.com", ProtoTLS, Found},
+		{"tls partial", tlsHello[:60], "", ProtoNone, NeedMore},
+		{"tls malformed", defaultHello(sniExt("a.test", "b.test")).record(), "", ProtoTLS, Malformed},
+		{"http", httpReq, "http.example.com", ProtoHTTP, Found},
+		{"http partial", httpReq[:20], "", ProtoNone, NeedMore},
+		{"http malformed", []byte("GET / HTTP/1.1\r\n\r\n"), "", ProtoHTTP, Malformed},
+		{"ssh", []byte("SSH-2.0-x\r\n"), "", ProtoNone, NotThis},
+		{"tls-looking, not tls", []byte{0x16, 0x42}, "", ProtoNone, NotThis},
+		{"binary", []byte{0, 1, 2}, "", ProtoNone, NotThis},
+		{"empty", nil, "", ProtoNone, NeedMore},
+	} {
+		name, proto, res := Name(tt.b)
+		if name != tt.want || proto != tt.proto || res != tt.res {
+			t.Errorf("%s: Name = %q, %v, %v; want %q, %v, %v", tt.name, name, proto, res, tt.want, tt.proto, tt.res)
+		}
+	}
+	for p, s := range map[Proto]string{ProtoNone: "none", ProtoTLS: "tls", ProtoHTTP: "http"} {
+		if p.String() != s {
+			t.Errorf("Proto(%d).String() = %q", p, p.String())
 		}
 	}
 }
