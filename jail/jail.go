@@ -142,6 +142,7 @@ func (j *Jail) Attach(devs []*os.File) error {
 		OnEvict:        j.recordEvict,
 		MaxRelayMemory: j.opts.MaxRelayMemory,
 		UDPIdleTimeout: j.opts.UDPIdleTimeout,
+		Names:          j.setup.Names,
 	})
 	if err == nil {
 		// The egress device failed while the stack attached to it (it

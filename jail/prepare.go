@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/claude-sandbox/claude-sandbox/mounts"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/routes"
+	"github.com/claude-sandbox/claude-sandbox/userstack"
 )
 
 // TUN is the jail's TUN link name inside its namespace.
@@ -47,6 +49,12 @@ type Setup struct {
 	// ResolvConf replaces the sandbox's /etc/resolv.conf.
 	ResolvConf mounts.Op
 	Warnings   []string
+	// Names is the domain allowlist the userstack enforces (nil: none,
+	// the internet is open); AllowDomains and DenyDomains are the
+	// entries it was built from, as given (presets unexpanded).
+	Names        *userstack.NameConfig
+	AllowDomains []string
+	DenyDomains  []string
 
 	// What the policy and routes were built from, so that the live policy
 	// can rebuild them from new host facts.
@@ -72,11 +80,39 @@ var jailAddr6 = netip.MustParsePrefix("fdc5:a9d1:6a11::2/128")
 
 // Prepare decides the jail's addresses, policy, routes and resolv.conf.
 func Prepare(facts HostFacts, allow []netip.Prefix) (*Setup, error) {
+	return PrepareNames(facts, allow, nil, nil)
+}
+
+// PrepareNames is Prepare with a domain allowlist: allowDomains and
+// denyDomains are --allow-domain and --deny-domain entries (names,
+// wildcards, presets; netpolicy.ExpandDomains). With any allow entry the
+// internet is default-deny: only the names, the allow entries and DNS
+// through the jail's own resolver are reachable. Every host resolver
+// becomes an upstream of the stack's resolver (none is reachable from the
+// sandbox directly: DNS to it would bypass the allowlist), and the
+// synthetic address pools are routed to tun0.
+func PrepareNames(facts HostFacts, allow []netip.Prefix, allowDomains, denyDomains []string) (*Setup, error) {
 	s := &Setup{}
+	var names *netpolicy.Domains
+	if len(allowDomains) > 0 || len(denyDomains) > 0 {
+		if len(allowDomains) == 0 {
+			return nil, errors.New("egress jail: --deny-domain narrows an allowlist: give the names to allow with --allow-domain")
+		}
+		al, err := netpolicy.ExpandDomains(allowDomains)
+		if err != nil {
+			return nil, fmt.Errorf("egress jail: --allow-domain: %w", err)
+		}
+		dn, err := netpolicy.ExpandDomains(denyDomains)
+		if err != nil {
+			return nil, fmt.Errorf("egress jail: --deny-domain: %w", err)
+		}
+		names = netpolicy.NewDomains(al, dn)
+		s.AllowDomains, s.DenyDomains = slices.Clone(allowDomains), slices.Clone(denyDomains)
+	}
 	nameservers, extra := parseResolvConf(facts.ResolvConf)
 	var routable []netip.Addr
 	for _, ns := range nameservers {
-		if ns.IsLoopback() {
+		if ns.IsLoopback() || names != nil {
 			s.Upstreams = append(s.Upstreams, netip.AddrPortFrom(ns, 53))
 		} else {
 			routable = append(routable, ns)
@@ -107,7 +143,19 @@ func Prepare(facts HostFacts, allow []netip.Prefix) (*Setup, error) {
 		s.Addr6 = jailAddr6
 	}
 
-	s.policyCfg = netpolicy.Config{ConnectedSubnets: facts.Connected, HostRoutes: facts.Routed, NAT64: facts.NAT64, Allow: allow, DNSResolvers: routable}
+	policyAllow := allow
+	if names != nil {
+		// The synthetic pools as allow-cidr entries: punched to tun0 in
+		// the kernel routes (a host route into the benchmarking range
+		// would otherwise send them to the sink); the stack decides
+		// every flow to them by name before the policy sees it.
+		policyAllow = append(slices.Clone(allow), userstack.DefaultPool4)
+		if s.Addr6.IsValid() {
+			policyAllow = append(policyAllow, userstack.DefaultPool6)
+		}
+		s.Names = &userstack.NameConfig{Rules: names, NoIPv6: !s.Addr6.IsValid()}
+	}
+	s.policyCfg = netpolicy.Config{ConnectedSubnets: facts.Connected, HostRoutes: facts.Routed, NAT64: facts.NAT64, Allow: policyAllow, DNSResolvers: routable}
 	s.routesCfg = routes.Config{TUN: TUN, Sink: SinkDevice, Addr4: s.Addr4, Addr6: s.Addr6}
 	pol, rp, err := s.build(facts)
 	if err != nil {
@@ -123,7 +171,7 @@ func Prepare(facts HostFacts, allow []netip.Prefix) (*Setup, error) {
 	conf.WriteString("# written by claude-sandbox for the egress jail\n")
 	stubWritten := false
 	for _, ns := range nameservers {
-		if ns.IsLoopback() {
+		if ns.IsLoopback() || names != nil {
 			if stubWritten {
 				continue
 			}

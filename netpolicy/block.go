@@ -15,15 +15,27 @@ type Block struct {
 	Time  time.Time      `json:"time"`
 	Proto Proto          `json:"proto"`
 	Dst   netip.AddrPort `json:"dst"`
+	// Name is the host name the flow was for, when the domain allowlist
+	// decided it (a DNS query, or a connection to a synthetic address):
+	// "evil.example". Empty for flows decided by address.
+	Name string `json:"name,omitempty"`
 	// Rule is the [Verdict.Rule] that refused the flow.
 	Rule string `json:"rule"`
 }
 
 // String renders the block as "tcp 10.1.2.3:22 (private range 10.0.0.0/8)".
-// ICMP destinations are rendered without a port.
+// ICMP destinations are rendered without a port. A block by name is
+// rendered by its name, with the port for a connection: "tcp
+// evil.example:443 (domain not allowed)", "dns evil.example (domain not
+// allowed)" for a query (port 53 of the resolver).
 func (b Block) String() string {
 	dst := b.Dst.String()
-	if b.Proto == ProtoICMP {
+	switch {
+	case b.Name != "" && b.Dst.Port() == DNSPort && b.Proto != ProtoICMP:
+		return fmt.Sprintf("dns %s (%s)", b.Name, b.Rule)
+	case b.Name != "":
+		dst = fmt.Sprintf("%s:%d", b.Name, b.Dst.Port())
+	case b.Proto == ProtoICMP:
 		dst = b.Dst.Addr().String()
 	}
 	return fmt.Sprintf("%s %s (%s)", b.Proto, dst, b.Rule)
@@ -64,6 +76,7 @@ func (j *JSONLWriter) Record(b Block) error {
 type blockKey struct {
 	proto Proto
 	dst   netip.AddrPort
+	name  string
 	rule  string
 }
 
@@ -101,7 +114,15 @@ func (t *Tally) Add(b Block) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.total++
-	k := blockKey{b.Proto, b.Dst, b.Rule}
+	k := blockKey{b.Proto, b.Dst, b.Name, b.Rule}
+	if b.Name != "" {
+		// By name: every synthetic or resolver address of one name and
+		// port counts as one destination.
+		k.dst = netip.AddrPortFrom(netip.Addr{}, b.Dst.Port())
+		if b.Dst.Port() == DNSPort && b.Proto != ProtoICMP {
+			k.proto = 0 // a query, over UDP or TCP alike: "dns NAME"
+		}
+	}
 	if t.counts == nil {
 		t.counts = map[blockKey]int{}
 	}
@@ -145,7 +166,7 @@ func (t *Tally) Summary(limit int) string {
 		if i > 0 {
 			sb.WriteString(", ")
 		}
-		sb.WriteString(Block{Proto: k.proto, Dst: k.dst, Rule: k.rule}.String())
+		sb.WriteString(Block{Proto: k.proto, Dst: k.dst, Name: k.name, Rule: k.rule}.String())
 		if n := t.counts[k]; n > 1 {
 			fmt.Fprintf(&sb, " x%d", n)
 		}

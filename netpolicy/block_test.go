@@ -142,3 +142,25 @@ func TestTallyBounded(t *testing.T) {
 		t.Errorf("Summary = %q", s)
 	}
 }
+
+// Blocks by name are summed up by name and port, whatever the address.
+func TestSummaryByName(t *testing.T) {
+	var tl Tally
+	for _, b := range []Block{
+		{Proto: ProtoUDP, Dst: netip.MustParseAddrPort("198.51.100.1:53"), Name: "evil.example", Rule: "domain not allowed"},
+		{Proto: ProtoTCP, Dst: netip.MustParseAddrPort("198.51.100.1:53"), Name: "evil.example", Rule: "domain not allowed"},
+		{Proto: ProtoUDP, Dst: netip.MustParseAddrPort("198.51.100.1:53"), Name: "evil.example", Rule: "domain not allowed"},
+		{Proto: ProtoTCP, Dst: netip.MustParseAddrPort("198.18.0.1:443"), Name: "api.test", Rule: "sni mismatch: other.test"},
+		{Proto: ProtoTCP, Dst: netip.MustParseAddrPort("[2001:2::1]:443"), Name: "api.test", Rule: "sni mismatch: other.test"},
+	} {
+		tl.Add(b)
+	}
+	want := "5 connections blocked: dns evil.example (domain not allowed) x3, tcp api.test:443 (sni mismatch: other.test) x2"
+	if got := tl.Summary(5); got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	b, _ := AppendJSONL(nil, Block{Proto: ProtoTCP, Dst: netip.MustParseAddrPort("198.18.0.1:443"), Name: "evil.example", Rule: "r"})
+	if !strings.Contains(string(b), `"name":"evil.example","rule":"r"`) {
+		t.Errorf("json %s", b)
+	}
+}

@@ -388,8 +388,13 @@ func (p *Policy) Check(proto Proto, dst netip.AddrPort) Verdict {
 			return Verdict{Allowed: r.act == actAllow, Rule: r.reason}
 		}
 	}
-	return Verdict{Allowed: true, Rule: "internet"}
+	return Verdict{Allowed: true, Rule: RuleInternet}
 }
+
+// RuleInternet is the rule of a destination no rule names: the open
+// internet. The domain allowlist (package userstack) turns it into a
+// refusal.
+const RuleInternet = "internet"
 
 // DNSResolvers returns the resolver addresses punched on port 53.
 func (p *Policy) DNSResolvers() []netip.Addr { return slices.Clone(p.load().dns) }

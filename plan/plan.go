@@ -129,6 +129,10 @@ const (
 type Egress struct {
 	// Allow are the --allow-ip (single address) and --allow-cidr entries.
 	Allow []netip.Prefix `json:"allow,omitempty"`
+	// AllowDomains and DenyDomains are the --allow-domain and
+	// --deny-domain entries, as given (presets unexpanded).
+	AllowDomains []string `json:"allow-domains,omitempty"`
+	DenyDomains  []string `json:"deny-domains,omitempty"`
 	// Routes is the route plan, one operation a line.
 	Routes []string `json:"routes,omitempty"`
 }
@@ -139,6 +143,9 @@ type Options struct {
 	Net     Net
 	// Allow punches through the egress jail (Net == NetJail only).
 	Allow []netip.Prefix
+	// AllowDomains and DenyDomains are the jail's domain allowlist
+	// (Net == NetJail only; the jail parses and enforces them).
+	AllowDomains, DenyDomains []string
 	// Late are operations applied after the caller's own (the jail's
 	// resolv.conf), so no user operation can cover them.
 	Late []mounts.Op
@@ -212,9 +219,11 @@ func Build(opts Options) (*Plan, error) {
 		return nil, errf("unknown network mode %q: use --net=jail, --net=host or --net=none", string(opts.Net))
 	}
 	if p.Net == NetJail {
-		p.Egress = &Egress{Allow: opts.Allow}
+		p.Egress = &Egress{Allow: opts.Allow, AllowDomains: opts.AllowDomains, DenyDomains: opts.DenyDomains}
 	} else if len(opts.Allow) > 0 {
 		return nil, errf("--allow-ip and --allow-cidr apply to the egress jail (--net=jail), not --net=%s", p.Net)
+	} else if len(opts.AllowDomains)+len(opts.DenyDomains) > 0 {
+		return nil, errf("--allow-domain and --deny-domain apply to the egress jail (--net=jail), not --net=%s", p.Net)
 	}
 	if opts.Hostname != "" && !validHostname(opts.Hostname) {
 		return nil, errf("invalid hostname %q: use letters, digits, '-' and '.', at most 64 characters", opts.Hostname)

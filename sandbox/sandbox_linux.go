@@ -70,10 +70,15 @@ type Spec struct {
 	// Allow lets the jail reach these addresses or ranges, every port and
 	// protocol (netip.PrefixFrom(addr, addr.BitLen()) for one address).
 	Allow []netip.Prefix
-	// AllowDomains is reserved for allowing destinations by name, which
-	// the jail does not do yet: Start refuses a non-empty list rather
-	// than run with a policy other than the one asked for.
+	// AllowDomains turns the jail's domain allowlist on: names
+	// ("api.github.com"), wildcards ("*.githubusercontent.com", strict
+	// subdomains), an optional ":PORT", or presets ("@github"), as the
+	// CLI's --allow-domain. With any entry the internet is default-deny:
+	// only these names, Allow's entries and DNS through the jail are
+	// reachable. DenyDomains refuses names an allow entry matches (deny
+	// wins); it needs AllowDomains.
 	AllowDomains []string
+	DenyDomains  []string
 
 	// Stdin, Stdout and Stderr are the command's; nil is /dev/null. An
 	// *os.File is passed as it is (a terminal gets a pty of its own in
@@ -150,9 +155,6 @@ type Sandbox struct {
 // gone) when it could not be built or started. Cancelling ctx kills the
 // sandbox; [Sandbox.Wait] then returns ctx's error.
 func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
-	if len(spec.AllowDomains) > 0 {
-		return nil, fmt.Errorf("sandbox: AllowDomains (%s) is not supported yet; allow addresses with Spec.Allow", strings.Join(spec.AllowDomains, ", "))
-	}
 	exe := spec.StageExe
 	if exe == "" {
 		exe = defaultStageExe
@@ -175,6 +177,8 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		HostRoot:  nsexec.CallerIsHostRoot(),
 		Warn:      spec.Warn,
 	}
+	// The jail parses and enforces them (PrepareNames below).
+	opts.AllowDomains, opts.DenyDomains = spec.AllowDomains, spec.DenyDomains
 	for _, kv := range spec.Env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -194,7 +198,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: egress jail: read the host's network: %w", err)
 		}
-		if setup, err = jail.Prepare(facts, opts.Allow); err != nil {
+		if setup, err = jail.PrepareNames(facts, opts.Allow, opts.AllowDomains, opts.DenyDomains); err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 		for _, w := range setup.Warnings {

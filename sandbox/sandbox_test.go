@@ -243,8 +243,14 @@ func TestWriterAndStartError(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("missing command: %v", err)
 	}
-	_, err = sandbox.Start(context.Background(), sandbox.Spec{Command: []string{"/bin/true"}, AllowDomains: []string{"example.com"}})
-	if err == nil || !strings.Contains(err.Error(), "not supported yet") {
-		t.Errorf("AllowDomains: %v", err)
+	// A bad allowlist entry is refused before anything starts, naming the
+	// fix; names need the jail.
+	_, err = sandbox.Start(context.Background(), sandbox.Spec{Command: []string{"/bin/true"}, AllowDomains: []string{"10.1.2.3"}})
+	if err == nil || !strings.Contains(err.Error(), "use --allow-ip") {
+		t.Errorf("AllowDomains with an address: %v", err)
+	}
+	_, err = sandbox.Start(context.Background(), sandbox.Spec{Command: []string{"/bin/true"}, Net: sandbox.NetNone, AllowDomains: []string{"example.com"}})
+	if err == nil || !strings.Contains(err.Error(), "apply to the egress jail") {
+		t.Errorf("AllowDomains with NetNone: %v", err)
 	}
 }

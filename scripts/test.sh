@@ -18,6 +18,7 @@ if [ "$(id -u)" = 0 ]; then
   command -v unshare >/dev/null && command -v setpriv >/dev/null || need+=(util-linux)
   command -v ip >/dev/null || need+=(iproute2) # the jail tests' lab network
   command -v jq >/dev/null || need+=(jq) # the --json-status-fd test reads the lines as a non-Go program
+  command -v curl >/dev/null || need+=(curl ca-certificates) # the domain allowlist test speaks HTTPS through the jail
   command -v gcc >/dev/null || need+=(gcc) # the race detector needs cgo
   command -v npm >/dev/null || need+=(nodejs npm) # the real Claude Code CLI for the end-to-end tests
   command -v zsh >/dev/null || need+=(zsh) # the generated zsh completion is loaded and tried

@@ -31,6 +31,10 @@ type Config struct {
 	AllowWrite []string `json:"allowWrite,omitempty"`
 	// AllowIP are punches through the egress jail (addresses or CIDRs).
 	AllowIP []netip.Prefix `json:"allowIP,omitempty"`
+	// AllowDomain and DenyDomain are the jail's domain allowlist
+	// (--allow-domain, --deny-domain entries, presets included).
+	AllowDomain []string `json:"allowDomain,omitempty"`
+	DenyDomain  []string `json:"denyDomain,omitempty"`
 	// AllowSocket are host Unix sockets the sandbox may connect to
 	// (every other host socket is hidden).
 	AllowSocket []string `json:"allowSocket,omitempty"`
@@ -70,7 +74,8 @@ func (e *ConfigError) Error() string {
 
 // ParseConfig reads the file format: `key = value` or a bare `key`, one a
 // line; `#` starts a comment; blank lines are ignored. Repeatable keys
-// (allow-write, allow-ip, allow-socket, pass-env) add one entry a line.
+// (allow-write, allow-ip, allow-domain, deny-domain, allow-socket,
+// pass-env) add one entry a line.
 func ParseConfig(name string, r io.Reader) (Config, error) {
 	c := DefaultConfig()
 	sc := bufio.NewScanner(r)
@@ -153,6 +158,18 @@ func (c *Config) set(key, value string, hasValue bool) error {
 			return err
 		}
 		c.AllowIP = append(c.AllowIP, pfx)
+	case "allow-domain", "deny-domain":
+		if err := needValue(); err != nil {
+			return err
+		}
+		if _, err := netpolicy.ExpandDomains([]string{value}); err != nil {
+			return err
+		}
+		if key == "allow-domain" {
+			c.AllowDomain = append(c.AllowDomain, value)
+		} else {
+			c.DenyDomain = append(c.DenyDomain, value)
+		}
 	case "allow-socket":
 		if err := needValue(); err != nil {
 			return err
@@ -194,7 +211,7 @@ func (c *Config) set(key, value string, hasValue bool) error {
 			c.PidsLimit = n
 		}
 	default:
-		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-socket, pass-env, gitlab-host, pids-limit)")
+		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-domain, deny-domain, allow-socket, pass-env, gitlab-host, pids-limit)")
 	}
 	return nil
 }
@@ -251,6 +268,7 @@ const (
 	EnvEgressJail    = "CLAUDE_SANDBOX_EGRESS_JAIL"
 	EnvAllowWrite    = "CLAUDE_SANDBOX_ALLOW_WRITE"
 	EnvAllowIP       = "CLAUDE_SANDBOX_ALLOW_IP"
+	EnvAllowDomain   = "CLAUDE_SANDBOX_ALLOW_DOMAIN"
 )
 
 // ApplyEnv applies the environment overrides. Lists (allow-write, allow-ip)
@@ -295,6 +313,15 @@ func (c *Config) ApplyEnv(getenv func(string) (string, bool)) error {
 				return bad(EnvAllowIP, err.Error())
 			}
 			c.AllowIP = append(c.AllowIP, pfx)
+		}
+	}
+	if v, ok := getenv(EnvAllowDomain); ok {
+		c.AllowDomain = nil
+		for _, f := range splitList(v) {
+			if _, err := netpolicy.ExpandDomains([]string{f}); err != nil {
+				return bad(EnvAllowDomain, err.Error())
+			}
+			c.AllowDomain = append(c.AllowDomain, f)
 		}
 	}
 	return nil

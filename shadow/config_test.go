@@ -38,6 +38,12 @@ func TestParseConfig(t *testing.T) {
 		{"bad switch", "\negress-jail = maybe\n", Config{}, `f:2: egress-jail: "maybe" is not a switch value`},
 		{"relative allow-write", "allow-write = tmp\n", Config{}, `f:1: allow-write: "tmp" is not an absolute path`},
 		{"bad allow-ip", "allow-ip = 10.1.2\n", Config{}, "f:1: allow-ip:"},
+		{"allow-domain and deny-domain", "allow-domain = @claude-code\nallow-domain = *.githubusercontent.com:443\ndeny-domain = gist.github.com\n", with(func(c *Config) {
+			c.AllowDomain = []string{"@claude-code", "*.githubusercontent.com:443"}
+			c.DenyDomain = []string{"gist.github.com"}
+		}), ""},
+		{"allow-domain given an address", "allow-domain = 10.1.2.3\n", Config{}, "f:1: allow-domain: domain \"10.1.2.3\" is an IP address: use --allow-ip"},
+		{"unknown preset", "allow-domain = @nope\n", Config{}, "f:1: allow-domain:"},
 		{"allow-ip with host bits", "allow-ip = 10.1.2.3/8\n", Config{}, "f:1: allow-ip:"},
 		{"missing value", "allow-write =\n", Config{}, "f:1: allow-write: needs a value"},
 		{"bare valued key", "workspace-root\n", Config{}, "f:1: workspace-root: needs a value"},
@@ -85,6 +91,11 @@ func TestApplyEnv(t *testing.T) {
 		{"workspace root", map[string]string{EnvWorkspaceRoot: "/w"}, func(c Config) bool { return c.WorkspaceRoot == "/w" }, ""},
 		{"no-forge", map[string]string{EnvNoForge: "1"}, func(c Config) bool { return c.NoForge }, ""},
 		{"bad allow-ip", map[string]string{EnvAllowIP: "nope"}, nil, "environment: CLAUDE_SANDBOX_ALLOW_IP:"},
+		{"allow-domain list replaces", map[string]string{EnvAllowDomain: "@github, api.anthropic.com"}, func(c Config) bool {
+			return reflect.DeepEqual(c.AllowDomain, []string{"@github", "api.anthropic.com"})
+		}, ""},
+		{"empty allow-domain turns it off", map[string]string{EnvAllowDomain: ""}, func(c Config) bool { return c.AllowDomain == nil }, ""},
+		{"bad allow-domain", map[string]string{EnvAllowDomain: "a..b"}, nil, "environment: CLAUDE_SANDBOX_ALLOW_DOMAIN:"},
 		{"relative workspace", map[string]string{EnvWorkspaceRoot: "w"}, nil, "environment: CLAUDE_SANDBOX_WORKSPACE_ROOT:"},
 	}
 	for _, c := range cases {

@@ -376,6 +376,9 @@ func Build(in Inputs) (*Launch, error) {
 		Command: l.Argv,
 		Net:     net,
 		Allow:   cfg.AllowIP,
+		// The domain allowlist, when configured (the jail enforces it).
+		AllowDomains: cfg.AllowDomain,
+		DenyDomains:  cfg.DenyDomain,
 		// Every host socket but these is hidden by plan.Build.
 		AllowSockets: cfg.AllowSocket,
 		Ops:          ops,
@@ -392,6 +395,7 @@ func Build(in Inputs) (*Launch, error) {
 	}
 	if !cfg.EgressJail {
 		l.Options.Allow = nil
+		l.Options.AllowDomains, l.Options.DenyDomains = nil, nil
 	}
 	return l, nil
 }

@@ -72,7 +72,11 @@
 // What it does not: it does not open or configure the TUN device (the
 // caller supplies a stack.LinkEndpoint: [TUN] in production,
 // channel.Endpoint in tests), does not install kernel routes (package
-// routes), does not resolve names, and does not filter by host name. IPv4
+// routes), and without Config.Names it neither resolves names nor filters
+// by host name. With Config.Names (the domain allowlist, names.go, dns.go,
+// peek.go) it answers the sandbox's DNS itself with synthetic addresses,
+// decides flows by name and port, checks a TCP flow's TLS SNI or HTTP
+// Host before dialing, and refuses the open internet. IPv4
 // options are ignored; other transport protocols are left to gVisor's
 // defaults (unforwarded).
 //

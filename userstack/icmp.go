@@ -77,7 +77,7 @@ func (st *Stack) echo(req echoRequest) (consumed bool) {
 		return false
 	}
 	ap := netip.AddrPortFrom(req.dst, 0)
-	if v := st.cfg.Policy.Check(netpolicy.ProtoICMP, ap); !v.Allowed {
+	if v := st.check(netpolicy.ProtoICMP, ap); !v.Allowed {
 		st.block(netpolicy.ProtoICMP, ap, v.Rule)
 		return true
 	}

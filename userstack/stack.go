@@ -126,6 +126,10 @@ type Config struct {
 	// Pinger proxies ICMP echo to allowed destinations; nil leaves them
 	// unanswered (ping shows loss while TCP and UDP work).
 	Pinger Pinger
+	// Names, when set, turns the domain allowlist on (names.go): the
+	// stack answers DNS at VirtualDNS itself, hands out synthetic
+	// addresses for allowed names, and refuses the open internet.
+	Names *NameConfig
 }
 
 // Stack is a running userspace egress proxy.
@@ -166,6 +170,8 @@ type Stack struct {
 	memWaiters   []*tcpFlow   // under mu
 	memSpare     []*tcpFlow   // under mu: memWaiters' other buffer
 	tcpLive      atomic.Int32 // len(tcp), for the flows' shares
+
+	names *names // the domain allowlist, nil when off (names.go)
 }
 
 // New builds the stack on ep and starts forwarding. The caller keeps
@@ -226,6 +232,14 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		pings: make(chan struct{}, maxPings),
 
 		memBudget: int64(cfg.MaxRelayMemory),
+	}
+	if cfg.Names != nil {
+		n, err := newNames(st, *cfg.Names)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		st.names = n
 	}
 	_, listens := cfg.Dialer.(PacketListener)
 	st.eimUDP = cfg.Dialer == nil || listens

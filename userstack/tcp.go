@@ -171,6 +171,8 @@ type tcpFlow struct {
 	rtoFrom  time.Time // since when the oldest outstanding segment waits
 
 	memWait bool // on the stack's list of flows waiting for memory (mem.go)
+
+	peek *peekState // a flow to a name not dialed yet (peek.go)
 }
 
 func seqLT(a, b uint32) bool { return int32(a-b) < 0 }
@@ -290,7 +292,15 @@ func (st *Stack) newTCP(in *tcpIn) {
 		st.rejectTCP(in)
 		return
 	}
-	target, ok := st.tcpTarget(key.dst)
+	var nf *nameFlow // the domain allowlist's (names.go)
+	target, ok := netip.AddrPort{}, true
+	if st.names != nil {
+		nf, ok = st.names.admit(netpolicy.ProtoTCP, key.dst)
+		ok = !ok
+	}
+	if ok && nf == nil {
+		target, ok = st.tcpTarget(key.dst)
+	}
 	if !ok {
 		st.rejectTCP(in) // "connection refused" at once
 		return
@@ -336,6 +346,11 @@ func (st *Stack) newTCP(in *tcpIn) {
 	st.tcpLive.Add(1)
 	st.opening++
 	f.opening = true
+	if nf != nil {
+		st.mu.Unlock()
+		f.startName(nf) // the SYN answered at once (peek.go)
+		return
+	}
 	if st.cfg.Dialer == nil {
 		st.mu.Unlock()
 		f.connect(target)
@@ -375,7 +390,7 @@ func (st *Stack) tcpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
 		st.block(netpolicy.ProtoTCP, dst, "local address, not a DNS port")
 		return netip.AddrPort{}, false
 	}
-	if v := st.cfg.Policy.Check(netpolicy.ProtoTCP, dst); !v.Allowed {
+	if v := st.check(netpolicy.ProtoTCP, dst); !v.Allowed {
 		st.block(netpolicy.ProtoTCP, dst, v.Rule)
 		return netip.AddrPort{}, false
 	}
@@ -628,6 +643,9 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		f.sndUna = ack
 		f.retries, f.rto = 0, tcpRTOMin
 		f.sndWnd = uint32(h.WindowSize()) << f.sndShift
+		if f.peek != nil {
+			f.peekEstablished()
+		}
 	}
 	n := in.n
 	if flags.Contains(header.TCPFlagUrg) && h.UrgentPointer() != 0 {
@@ -643,6 +661,9 @@ func (f *tcpFlow) segment(in *tcpIn) {
 	case f.state == tcpClosed:
 	case n > 0 || flags.Contains(header.TCPFlagFin):
 		f.processData(seq, in.data, n, flags.Contains(header.TCPFlagFin))
+		if f.peek != nil {
+			f.peekData()
+		}
 	case seq != f.rcvNxt:
 		// Not acceptable (RFC 9293 3.10.7.4): a keepalive or a zero
 		// window probe, answered with the current ACK and window.
@@ -739,7 +760,7 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 		return
 	}
 	take := n - skip
-	if room := tcpRcvBuf - f.pendLen; take > room {
+	if room := f.rcvRoom(); take > room {
 		take, fin = room, false // beyond the window: dropped
 	}
 	if take > 0 {
@@ -1096,7 +1117,7 @@ func (f *tcpFlow) window() uint32 {
 //
 // free is what it saw free of the budget (for waitMem).
 func (f *tcpFlow) windowLimit() (w uint32, short bool, free int) {
-	w = min(uint32(tcpRcvBuf-f.pendLen), 0xffff<<f.rcvShift)
+	w = min(uint32(f.rcvRoom()), 0xffff<<f.rcvShift)
 	free = f.st.memFree()
 	share := free / max(1, int(f.st.tcpLive.Load()))
 	if share < int(w) { // in int: a budget past 4 GiB does not fit a uint32

@@ -184,7 +184,7 @@ func (f *udpFlow) replySourceLocked(from netip.AddrPort) (netip.AddrPort, bool) 
 	}
 	// Another port of an address the sandbox sent to: the policy decides
 	// it as it would a datagram from the sandbox to it, once.
-	v := f.st.cfg.Policy.Check(netpolicy.ProtoUDP, from)
+	v := f.st.check(netpolicy.ProtoUDP, from)
 	if len(f.peers) >= maxUDPPeers {
 		return from, v.Allowed // not remembered: decided again next time
 	}
@@ -281,7 +281,12 @@ func sockaddrAddrPort(rsa *unix.RawSockaddrAny) (netip.AddrPort, bool) {
 // false for a local address that is not a DNS port (refused).
 func (st *Stack) udpRoute(key flowKey) (target netip.AddrPort, mk flowKey, local, ok bool) {
 	target = key.dst
-	if st.isLocal(key.dst.Addr()) {
+	if st.names != nil && st.names.inPool(key.dst.Addr()) {
+		var ok bool
+		if target, ok = st.names.udpTarget(key.dst); !ok {
+			return netip.AddrPort{}, flowKey{}, false, false
+		}
+	} else if st.isLocal(key.dst.Addr()) {
 		up, has := st.upstream()
 		if key.dst.Port() != netpolicy.DNSPort || !has {
 			return netip.AddrPort{}, flowKey{}, true, false
@@ -332,6 +337,10 @@ func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer
 	}
 	var small [4][]byte
 	data := payloadSlices(small[:0], pkt, pkt.Data().Size())
+	if st.names != nil && dst.Port() == netpolicy.DNSPort && st.isLocal(dst.Addr()) {
+		st.names.serveDNSUDP(src, dst, data) // the stack's own resolver (dns.go)
+		return true
+	}
 	if st.udpInput(key, data) {
 		return true
 	}
@@ -355,13 +364,22 @@ func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer
 // then gets ICMP port unreachable. A nil flow with true means the
 // datagram is dropped (closing, or a conn without a descriptor).
 func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, bool) {
+	if st.names != nil {
+		if ready, refused := st.names.udpAdmit(key.dst); refused {
+			return nil, netip.AddrPort{}, false
+		} else if !ready {
+			return nil, netip.AddrPort{}, true // resolving: dropped
+		}
+	}
 	target, mk, local, ok := st.udpRoute(key)
 	switch {
 	case !ok:
 		st.block(netpolicy.ProtoUDP, key.dst, "local address, not a DNS port")
 		return nil, target, false
+	case st.names != nil && st.names.inPool(key.dst.Addr()):
+		// A name, admitted by udpAdmit: its resolved address was checked.
 	case !local:
-		if v := st.cfg.Policy.Check(netpolicy.ProtoUDP, key.dst); !v.Allowed {
+		if v := st.check(netpolicy.ProtoUDP, key.dst); !v.Allowed {
 			st.block(netpolicy.ProtoUDP, key.dst, v.Rule)
 			return nil, target, false
 		}

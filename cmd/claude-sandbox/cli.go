@@ -148,6 +148,19 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, usagef("--allow-ip takes one address; use --allow-cidr %s for a range", v)
 			}
 			r.opts.Allow = append(r.opts.Allow, pfx)
+		case "--allow-domain", "--deny-domain":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			if _, err := netpolicy.ExpandDomains([]string{v}); err != nil {
+				return nil, usagef("%s: %v", name, err)
+			}
+			if name == "--allow-domain" {
+				r.opts.AllowDomains = append(r.opts.AllowDomains, v)
+			} else {
+				r.opts.DenyDomains = append(r.opts.DenyDomains, v)
+			}
 		case "--allow-socket":
 			v, err := value()
 			if err != nil {

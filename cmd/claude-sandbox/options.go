@@ -98,6 +98,18 @@ host: share the host's network, no egress jail;
 none: an empty network namespace with only lo`},
 	{name: "--allow-ip", args: []string{"ADDR"}, section: secNet, help: "let the jail reach ADDR (IPv4 or IPv6), any port"},
 	{name: "--allow-cidr", args: []string{"PREFIX"}, section: secNet, help: "let the jail reach a whole range, e.g. 10.20.0.0/16"},
+	{name: "--allow-domain", args: []string{"NAME[:PORT]"}, section: secNet, help: `let the jail reach NAME (any port, or PORT only);
+repeatable. With any --allow-domain the internet is
+default-deny: only these names, --allow-ip/--allow-cidr
+and DNS are reachable. NAME is a host (api.github.com,
+that name only) or *.example.com (its subdomains, not
+example.com itself), or a preset: @claude-code,
+@github, @npm, @pypi, @go. Names not on the list do not
+resolve (NXDOMAIN, never asked upstream); TLS must
+carry the name as its SNI, HTTP as its Host; UDP 443
+(QUIC) is refused so clients use TCP`},
+	{name: "--deny-domain", args: []string{"NAME[:PORT]"}, section: secNet, help: `refuse NAME even where an --allow-domain entry
+matches it (deny wins); same forms`},
 	{name: "--log-blocked", args: []string{"FILE"}, section: secNet, help: `append every blocked flow to FILE as a JSON line
 (otherwise a summary is printed when the command ends)`},
 	{name: "--udp-flows", args: []string{"N"}, section: secNet, help: `at most N UDP flows at once (default 512); at the cap

@@ -13,7 +13,7 @@
 //
 // Usage:
 //
-//	embed -dir DIR [-dial ADDR:PORT,...]
+//	embed -dir DIR [-dial ADDR:PORT,...] [-allow-domain NAME,...]
 //	embed -watch
 //
 // Build it with CGO_ENABLED=0. Run 2 sends packets: try it in a network
@@ -41,6 +41,7 @@ func main() {
 	dial := flag.String("dial", "", "comma-separated ADDR:PORT list the second run dials from inside the jail")
 	connect := flag.String("connect", "", "(inside the sandbox) dial these addresses and report")
 	watch := flag.Bool("watch", false, "run one jailed command and print the jail's policy changes until the first")
+	allowDomain := flag.String("allow-domain", "", "comma-separated names the second run's jail allows (its domain allowlist: nothing else on the internet)")
 	flag.Parse()
 	if *connect != "" {
 		connectAll(*connect)
@@ -60,7 +61,11 @@ func main() {
 		fail(err)
 	}
 	if *dial != "" {
-		if err := jailed(*dial); err != nil {
+		var domains []string
+		if *allowDomain != "" {
+			domains = strings.Split(*allowDomain, ",")
+		}
+		if err := jailed(*dial, domains); err != nil {
 			fail(err)
 		}
 	}
@@ -94,16 +99,19 @@ func writable(dir string) error {
 
 // jailed runs this program inside the egress jail to dial addrs, and
 // prints each blocked flow as the jail reports it.
-func jailed(addrs string) error {
+func jailed(addrs string, domains []string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	sb, err := sandbox.Start(context.Background(), sandbox.Spec{
 		Command: []string{self, "-connect", addrs},
-		Stdout:  os.Stdout,
-		Stderr:  os.Stderr,
-		Warn:    func(w string) { fmt.Fprintln(os.Stderr, "warning:", w) },
+		// With names, the jail's domain allowlist: only they (and DNS)
+		// are reachable.
+		AllowDomains: domains,
+		Stdout:       os.Stdout,
+		Stderr:       os.Stderr,
+		Warn:         func(w string) { fmt.Fprintln(os.Stderr, "warning:", w) },
 		OnEvent: func(ev sandbox.Event) {
 			switch ev.Kind {
 			case sandbox.EventBlocked:

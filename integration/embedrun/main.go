@@ -55,10 +55,11 @@ func main() {
 			os.Exit(2)
 		}
 		var allow []netip.Prefix
+		var allowDomains, denyDomains []string
 		if p.Egress != nil {
-			allow = p.Egress.Allow
+			allow, allowDomains, denyDomains = p.Egress.Allow, p.Egress.AllowDomains, p.Egress.DenyDomains
 		}
-		setup, err := jail.Prepare(facts, allow)
+		setup, err := jail.PrepareNames(facts, allow, allowDomains, denyDomains)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "embedrun:", err)
 			os.Exit(2)

@@ -10,6 +10,8 @@
 //	rr ADDR N              N 1-byte TCP request/responses; prints "rr MEAN_US P50_US"
 //	cps ADDR N             N connect, read 1-byte greeting, close; prints
 //	                       "cps ADDR CONN_PER_S FAILED P50_US P99_US MAX_US"
+//	cpse ADDR N            N connect, send a zero byte, read its echo, close
+//	                       (the client speaks first); prints as cps does
 //	udprr ADDR N           N 8-byte UDP request/responses; prints "udprr MEAN_US P50_US LOST"
 //	idle MS                prints "ready", then sleeps MS milliseconds
 //
@@ -38,7 +40,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: netbench STEP [STEP...]")
 		os.Exit(2)
 	}
-	arity := map[string]int{"up": 3, "down": 3, "rr": 2, "cps": 2, "udprr": 2, "idle": 1}
+	arity := map[string]int{"up": 3, "down": 3, "rr": 2, "cps": 2, "cpse": 2, "udprr": 2, "idle": 1}
 	failed := false
 	for len(args) > 0 {
 		name := args[0]
@@ -101,7 +103,9 @@ func step(name string, a []string) (string, error) {
 	case "rr":
 		return rr(a[0], n)
 	case "cps":
-		return cps(a[0], n)
+		return cps(a[0], n, false)
+	case "cpse":
+		return cps(a[0], n, true)
 	default:
 		return udprr(a[0], n)
 	}
@@ -212,7 +216,7 @@ func rr(addr string, n int) (string, error) {
 // proxy) and closes. Which side closes first is the server's choice. A
 // connection not established within a second counts as failed; after
 // maxFailed failures the step stops and reports what it did.
-func cps(addr string, n int) (string, error) {
+func cps(addr string, n int, echo bool) (string, error) {
 	const maxFailed = 5
 	b := make([]byte, 1)
 	t0 := time.Now()
@@ -230,6 +234,13 @@ func cps(addr string, n int) (string, error) {
 			return "", fmt.Errorf("connection %d: %w", done, err)
 		}
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if echo {
+			b[0] = 0 // no TLS or HTTP prefix: nothing for a peek to wait for
+			if _, err = c.Write(b); err != nil {
+				c.Close()
+				return "", fmt.Errorf("connection %d: %w", done, err)
+			}
+		}
 		_, err = io.ReadFull(c, b)
 		c.Close()
 		if err != nil {

@@ -1,0 +1,520 @@
+package userstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+)
+
+// The domain allowlist (issue 17): the stack decides flows by the name
+// the sandbox asked for, not by the address it dials.
+//
+// With Config.Names set, the stack answers the sandbox's DNS itself
+// (dns.go): a query for an allowed name is resolved on the host side and
+// answered with a synthetic address from a reserved pool, one per name
+// for the stack's life and never reused for another; a query for any
+// other name is answered NXDOMAIN and never leaves the stack. A flow to a
+// synthetic address maps back to its name; the rules decide the name and
+// port, and at connect time the name is resolved again on the host side
+// and the first address the policy does not block is dialed (an allowed
+// name that resolves into a private range stays refused: no DNS
+// rebinding into the host's network). TCP flows to names are not dialed
+// before their first bytes are seen (peek.go): a TLS ClientHello's SNI, or
+// an HTTP request's Host, must be the flow's name. Everything else on the
+// internet (an IP literal) is refused unless an allow-ip/allow-cidr entry
+// names it: default-deny.
+
+// NameRules is the domain allowlist the stack enforces; a
+// *netpolicy.Domains is one.
+type NameRules interface {
+	// AllowName reports whether name may be resolved at all.
+	AllowName(name string) (ok bool, rule string)
+	// Allow reports whether a connection to name on port may be made.
+	Allow(name string, port uint16) (ok bool, rule string)
+}
+
+// The synthetic address pools.
+//
+// IPv4: 198.18.0.0/15, the benchmarking range (RFC 2544, RFC 6890): not
+// globally routed, never a real destination on the internet, and not in
+// any range the jail or its lab uses (the jail's own addresses are the
+// documentation /24s, 192.0.2.0/24 and its fallbacks). 131070 names.
+//
+// IPv6: 2001:2::/64, the first /64 of the IPv6 benchmarking range
+// 2001:2::/48 (RFC 5180), for the same reasons. A unique-local prefix
+// would do too, but fc00::/7 is a blocked destination range (routes to
+// the sink and the tun0 filter refuse it), and the pool must reach the
+// stack over tun0 like the internet does.
+//
+// The jail passes the pools to netpolicy as allow-cidr entries, so the
+// kernel routes punch them to tun0 even when the host routes the
+// benchmarking range somewhere (a more specific host route is internal,
+// and would otherwise send the pool to the sink).
+var (
+	DefaultPool4 = netip.MustParsePrefix("198.18.0.0/15")
+	DefaultPool6 = netip.MustParsePrefix("2001:2::/64")
+)
+
+// DefaultPeekTimeout is how long a TCP flow to a name waits for the
+// sandbox's first bytes before it is dialed anyway (a protocol in which
+// the server speaks first: SSH, SMTP, a database's greeting). A quarter
+// of a second: far above the time a client takes to send its ClientHello
+// or request once connected (microseconds on the TUN), short enough that
+// a client waiting for a banner does not notice it.
+const DefaultPeekTimeout = 250 * time.Millisecond
+
+// NameConfig turns the domain allowlist on (Config.Names).
+type NameConfig struct {
+	// Rules decide names and ports (required).
+	Rules NameRules
+	// Pool4 and Pool6 are the synthetic address pools; zero: DefaultPool4,
+	// DefaultPool6. Pool4 must hold at least 4 addresses, Pool6 be /64 or
+	// wider.
+	Pool4, Pool6 netip.Prefix
+	// NoIPv6: AAAA queries get an empty answer (the sandbox has no IPv6
+	// route: a synthetic IPv6 address would only make it wait).
+	NoIPv6 bool
+	// PeekTimeout: see DefaultPeekTimeout; zero: the default.
+	PeekTimeout time.Duration
+}
+
+// names is the stack's half of the allowlist: the pool, the host-side
+// resolver's cache.
+type names struct {
+	st    *Stack
+	rules NameRules
+	cfg   NameConfig
+
+	mu     sync.Mutex
+	byName map[string]*nameEntry
+	byAddr map[netip.Addr]*nameEntry
+	next4  uint32 // offset of the next IPv4 address in Pool4
+	next6  uint64 // offset of the next IPv6 address in Pool6
+	cache  map[cacheKey]cacheEntry
+	udp    map[netip.AddrPort]udpTarget
+
+	dnsSlots chan struct{} // queries being answered at once
+}
+
+type nameEntry struct {
+	name   string
+	v4, v6 netip.Addr
+}
+
+type cacheKey struct {
+	name  string
+	qtype dnsmessage.Type
+}
+
+type cacheEntry struct {
+	addrs   []netip.Addr
+	rcode   dnsmessage.RCode
+	ttl     uint32
+	expires time.Time
+}
+
+// maxDNSInFlight bounds the sandbox's queries being resolved at once;
+// more are dropped (the resolver library retries).
+const maxDNSInFlight = 64
+
+func newNames(st *Stack, cfg NameConfig) (*names, error) {
+	if cfg.Rules == nil {
+		return nil, errors.New("the egress stack's domain allowlist has no rules")
+	}
+	if !cfg.Pool4.IsValid() {
+		cfg.Pool4 = DefaultPool4
+	}
+	if !cfg.Pool6.IsValid() {
+		cfg.Pool6 = DefaultPool6
+	}
+	if !cfg.Pool4.Addr().Is4() || cfg.Pool4.Bits() > 30 || !cfg.Pool6.Addr().Is6() || cfg.Pool6.Addr().Is4In6() || cfg.Pool6.Bits() > 64 {
+		return nil, fmt.Errorf("the egress stack's synthetic address pools %v and %v: want an IPv4 /30 or wider and an IPv6 /64 or wider", cfg.Pool4, cfg.Pool6)
+	}
+	cfg.Pool4, cfg.Pool6 = cfg.Pool4.Masked(), cfg.Pool6.Masked()
+	if cfg.PeekTimeout <= 0 {
+		cfg.PeekTimeout = DefaultPeekTimeout
+	}
+	return &names{
+		st: st, rules: cfg.Rules, cfg: cfg,
+		byName:   map[string]*nameEntry{},
+		byAddr:   map[netip.Addr]*nameEntry{},
+		cache:    map[cacheKey]cacheEntry{},
+		udp:      map[netip.AddrPort]udpTarget{},
+		dnsSlots: make(chan struct{}, maxDNSInFlight),
+	}, nil
+}
+
+// inPool reports whether a is a synthetic address (handed out or not).
+func (n *names) inPool(a netip.Addr) bool {
+	a = a.Unmap()
+	return n.cfg.Pool4.Contains(a) || n.cfg.Pool6.Contains(a)
+}
+
+// errPoolFull: every address of a pool is taken.
+var errPoolFull = errors.New("the synthetic address pool is exhausted")
+
+// synthetic returns name's synthetic address of the family v6 asks for,
+// allocating it on first use: stable for the stack's life, never given to
+// another name.
+func (n *names) synthetic(name string, v6 bool) (netip.Addr, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e := n.byName[name]
+	if e == nil {
+		e = &nameEntry{name: name}
+		n.byName[name] = e
+	}
+	if v6 {
+		if !e.v6.IsValid() {
+			a, err := n.alloc6()
+			if err != nil {
+				return a, err
+			}
+			e.v6 = a
+			n.byAddr[a] = e
+		}
+		return e.v6, nil
+	}
+	if !e.v4.IsValid() {
+		a, err := n.alloc4()
+		if err != nil {
+			return a, err
+		}
+		e.v4 = a
+		n.byAddr[a] = e
+	}
+	return e.v4, nil
+}
+
+// alloc4 takes the next IPv4 address of the pool, skipping the pool's
+// first and last and every address ending in .0 or .255 (some software
+// still takes them for network or broadcast addresses).
+func (n *names) alloc4() (netip.Addr, error) {
+	size := uint32(1) << (32 - n.cfg.Pool4.Bits())
+	base := n.cfg.Pool4.Addr().As4()
+	b := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	for n.next4+1 < size-1 {
+		n.next4++
+		v := b + n.next4
+		if last := byte(v); last == 0 || last == 255 {
+			continue
+		}
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), nil
+	}
+	return netip.Addr{}, errPoolFull
+}
+
+// alloc6 takes the next IPv6 address of the pool (its interface
+// identifier counts up from 1).
+func (n *names) alloc6() (netip.Addr, error) {
+	if n.next6 == 1<<63 {
+		return netip.Addr{}, errPoolFull
+	}
+	n.next6++
+	a := n.cfg.Pool6.Addr().As16()
+	v := n.next6
+	for i := 15; i >= 8; i-- {
+		a[i] |= byte(v)
+		v >>= 8
+	}
+	return netip.AddrFrom16(a), nil
+}
+
+// nameOf maps a synthetic address back to its name.
+func (n *names) nameOf(a netip.Addr) (string, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e := n.byAddr[a.Unmap()]
+	if e == nil {
+		return "", false
+	}
+	return e.name, true
+}
+
+// SyntheticAddr returns the synthetic address handed out for name (IPv6
+// when v6), if there is one. For tests and diagnostics.
+func (st *Stack) SyntheticAddr(name string, v6 bool) (netip.Addr, bool) {
+	if st.names == nil {
+		return netip.Addr{}, false
+	}
+	n := st.names
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e := n.byName[canonName(name)]
+	if e == nil {
+		return netip.Addr{}, false
+	}
+	if v6 {
+		return e.v6, e.v6.IsValid()
+	}
+	return e.v4, e.v4.IsValid()
+}
+
+// canonName is the form names are kept and decided in: lower case, no
+// trailing dot.
+func canonName(s string) string { return strings.ToLower(strings.TrimSuffix(s, ".")) }
+
+// check is the policy's verdict on an address (not a name): with the
+// allowlist on, the open internet is refused (only allow-ip/allow-cidr
+// entries and the DNS punches open anything).
+func (st *Stack) check(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verdict {
+	if st.names != nil && st.names.inPool(dst.Addr()) {
+		// A synthetic address outside the flows the allowlist decides
+		// (an echo request, a reply from another port): nothing real
+		// behind it.
+		return netpolicy.Verdict{Rule: "synthetic address of a name (only TCP and UDP reach names)"}
+	}
+	v := st.cfg.Policy.Check(proto, dst)
+	switch {
+	case st.names == nil || !v.Allowed:
+	case v.Rule == netpolicy.RuleInternet:
+		return netpolicy.Verdict{Rule: "not on the domain allowlist (an address, not a name: allow it with --allow-ip)"}
+	case strings.HasSuffix(v.Rule, "allow-cidr "+st.names.cfg.Pool4.String()):
+		// The pool's NAT64 forms, which its allow-cidr entry (the jail's
+		// punch) opens too: they lead to no name.
+		return netpolicy.Verdict{Rule: "synthetic address pool in another form (NAT64)"}
+	}
+	return v
+}
+
+// blockName records a refused flow or query for a name.
+func (st *Stack) blockName(proto netpolicy.Proto, dst netip.AddrPort, name, rule string) {
+	st.cfg.Logf("userstack: blocked %s %s %s (%s)", proto, name, dst, rule)
+	if st.cfg.OnBlock != nil {
+		st.cfg.OnBlock(netpolicy.Block{Time: st.cfg.Now(), Proto: proto, Dst: dst, Name: name, Rule: rule})
+	}
+}
+
+// nameFlow is what the allowlist decided for a new flow: a flow to a name
+// (name set), or DNS to the stack's own resolver (dns).
+type nameFlow struct {
+	name string
+	dns  bool
+}
+
+// admit decides a new flow against the allowlist. It returns nil for a
+// flow the allowlist leaves to the address policy, and refused for one it
+// refused (recorded).
+func (n *names) admit(proto netpolicy.Proto, dst netip.AddrPort) (nf *nameFlow, refused bool) {
+	st := n.st
+	if st.isLocal(dst.Addr()) {
+		if dst.Port() == netpolicy.DNSPort {
+			return &nameFlow{dns: true}, false
+		}
+		return nil, false
+	}
+	if !n.inPool(dst.Addr()) {
+		return nil, false
+	}
+	name, ok := n.nameOf(dst.Addr())
+	if !ok {
+		st.block(proto, dst, "synthetic address never handed out by the sandbox's resolver")
+		return nil, true
+	}
+	if proto == netpolicy.ProtoUDP && dst.Port() == 443 {
+		// QUIC: refused with ICMP port unreachable, so that the client
+		// falls back to TCP, where the SNI is checked before anything
+		// leaves.
+		st.blockName(proto, dst, name, "udp 443 (QUIC) to a name: use TCP")
+		return nil, true
+	}
+	if ok, rule := n.rules.Allow(name, dst.Port()); !ok {
+		if rule == "" {
+			rule = "domain not allowed on this port"
+		}
+		st.blockName(proto, dst, name, rule)
+		return nil, true
+	}
+	return &nameFlow{name: name}, false
+}
+
+// resolveTarget resolves name on the host side at connect time and
+// returns the first address (of v6's family first) the policy does not
+// block, with port. It records a block when every address is blocked.
+// With wait it may block (a query upstream): never on the event loop;
+// without, it takes only what the cache holds.
+func (n *names) resolveTarget(ctx context.Context, proto netpolicy.Proto, dst netip.AddrPort, name string, wait bool) (netip.AddrPort, bool) {
+	st := n.st
+	v6 := dst.Addr().Is6() && !dst.Addr().Is4In6()
+	order := []dnsmessage.Type{dnsmessage.TypeA, dnsmessage.TypeAAAA}
+	if v6 {
+		order[0], order[1] = order[1], order[0]
+	}
+	var blocked []string
+	found := false
+	for _, t := range order {
+		var addrs []netip.Addr
+		var err error
+		if wait {
+			addrs, _, err = n.lookup(ctx, name, t)
+		} else {
+			addrs = n.cached(name, t)
+		}
+		if err != nil {
+			st.cfg.Logf("userstack: resolve %s %v: %v", name, t, err)
+			continue
+		}
+		for _, a := range addrs {
+			found = true
+			target := netip.AddrPortFrom(a, dst.Port())
+			if n.inPool(a) {
+				blocked = append(blocked, a.String()+" (synthetic pool)")
+				continue
+			}
+			v := st.cfg.Policy.Check(proto, target)
+			if !v.Allowed {
+				blocked = append(blocked, fmt.Sprintf("%s (%s)", a, v.Rule))
+				continue
+			}
+			return target, true
+		}
+	}
+	switch {
+	case len(blocked) > 0:
+		st.blockName(proto, dst, name, "resolves only to blocked addresses: "+strings.Join(blocked, ", "))
+	case !found:
+		st.blockName(proto, dst, name, "does not resolve on the host")
+	}
+	return netip.AddrPort{}, false
+}
+
+// cached returns what the cache holds, fresh, for name and t.
+func (n *names) cached(name string, t dnsmessage.Type) []netip.Addr {
+	now := n.st.cfg.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if e, ok := n.cache[cacheKey{name, t}]; ok && now.Before(e.expires) {
+		return e.addrs
+	}
+	return nil
+}
+
+// lookup resolves name's records of type t (A or AAAA) through the
+// upstream resolver, cached for their TTL (at most 5 minutes; a failure or
+// a negative answer for 5 seconds).
+func (n *names) lookup(ctx context.Context, name string, t dnsmessage.Type) ([]netip.Addr, dnsmessage.RCode, error) {
+	key := cacheKey{name, t}
+	now := n.st.cfg.Now()
+	n.mu.Lock()
+	if e, ok := n.cache[key]; ok && now.Before(e.expires) {
+		n.mu.Unlock()
+		return e.addrs, e.rcode, nil
+	}
+	n.mu.Unlock()
+	addrs, ttl, rcode, err := n.st.resolveUpstream(ctx, name, t)
+	if err != nil {
+		return nil, dnsmessage.RCodeServerFailure, err
+	}
+	ttl = min(ttl, 300)
+	if len(addrs) == 0 {
+		ttl = min(ttl, 5)
+	}
+	n.mu.Lock()
+	if len(n.cache) >= 4096 {
+		for k, e := range n.cache { // drop the expired ones, or all
+			if !now.Before(e.expires) || len(n.cache) >= 4096 {
+				delete(n.cache, k)
+			}
+		}
+	}
+	n.cache[key] = cacheEntry{addrs: addrs, rcode: rcode, ttl: ttl, expires: now.Add(time.Duration(ttl) * time.Second)}
+	n.mu.Unlock()
+	return addrs, rcode, nil
+}
+
+// NameOf returns the name a synthetic address stands for, for tests and
+// diagnostics.
+func (st *Stack) NameOf(a netip.Addr) (string, bool) {
+	if st.names == nil {
+		return "", false
+	}
+	return st.names.nameOf(a)
+}
+
+// dedupAddrs drops repeated addresses, keeping the upstream order.
+func dedupAddrs(in []netip.Addr) []netip.Addr {
+	out := in[:0]
+	for _, a := range in {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// udpTargets: the host-side destination of each synthetic address and
+// port a UDP mapping sends to, decided by udpAdmit (under names.mu).
+type udpTarget struct {
+	target  netip.AddrPort
+	expires time.Time
+}
+
+// udpTarget returns the host-side destination admitted for the synthetic
+// dst (the packet path's translation; never blocks).
+func (n *names) udpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
+	now := n.st.cfg.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	t, ok := n.udp[dst]
+	if !ok || !now.Before(t.expires) {
+		return netip.AddrPort{}, false
+	}
+	return t.target, true
+}
+
+// udpAdmit decides a datagram to a new destination for the allowlist: a
+// name's synthetic address is decided by its name and port, then
+// translated from the resolver cache; when the cache has nothing fresh the
+// name is resolved on a worker and the datagram dropped (ready false: the
+// sender retries). refused: recorded, the sandbox gets ICMP port
+// unreachable. Destinations outside the pool are left to the policy.
+func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool) {
+	if !n.inPool(dst.Addr()) {
+		return true, false
+	}
+	nf, refused := n.admit(netpolicy.ProtoUDP, dst)
+	if refused || nf == nil {
+		return false, true
+	}
+	if _, ok := n.udpTarget(dst); ok {
+		return true, false
+	}
+	now := n.st.cfg.Now()
+	fresh := func(t dnsmessage.Type) bool {
+		e, ok := n.cache[cacheKey{nf.name, t}]
+		return ok && now.Before(e.expires)
+	}
+	n.mu.Lock()
+	cached := fresh(dnsmessage.TypeA) && fresh(dnsmessage.TypeAAAA)
+	n.mu.Unlock()
+	if !cached {
+		st := n.st
+		st.goFlow(func() {
+			defer st.wg.Done()
+			n.lookup(st.ctx, nf.name, dnsmessage.TypeA)    //nolint:errcheck
+			n.lookup(st.ctx, nf.name, dnsmessage.TypeAAAA) //nolint:errcheck
+		})
+		return false, false
+	}
+	// Fresh in the cache: resolveTarget takes it from there.
+	target, ok := n.resolveTarget(n.st.ctx, netpolicy.ProtoUDP, dst, nf.name, false)
+	if !ok {
+		return false, true
+	}
+	n.mu.Lock()
+	if len(n.udp) >= 4096 {
+		clear(n.udp)
+	}
+	n.udp[dst] = udpTarget{target: target, expires: now.Add(time.Duration(max(n.cache[cacheKey{nf.name, dnsmessage.TypeA}].ttl, 30)) * time.Second)}
+	n.mu.Unlock()
+	return true, false
+}

@@ -1,0 +1,253 @@
+package userstack
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+)
+
+// Deferred dial, for TCP flows to names (names.go).
+//
+// A flow to a name is not dialed when its SYN comes: the stack answers
+// the SYN itself (the flow has no host socket yet, and pend, which the
+// relay fills when the host socket is full, holds what the sandbox sends),
+// takes the sandbox's first bytes, at most peekMax of them (the window
+// past them is not acknowledged), and looks at them:
+//   - a TLS ClientHello: its SNI must be the flow's name (case does not
+//     matter); another name ("sni mismatch": domain fronting, or a name
+//     the allowlist never resolved) or none ("no sni") is refused with a
+//     RST and recorded;
+//   - an HTTP request: its Host must be the flow's name, the same way;
+//   - neither (raw TCP: SSH, a database, a custom protocol): allowed; the
+//     name was already allowed on this port;
+//   - a malformed or oversized ClientHello or request: refused.
+//
+// Only then is the name resolved on the host side and the first address
+// the policy does not block dialed; the buffered bytes are written to the
+// host once it connects, and the flow goes on as any relayed flow. A
+// client that waits for the server to speak first (SSH, SMTP) sends
+// nothing: after PeekTimeout without a byte the flow is dialed as
+// "neither". A short message followed by silence that may begin an HTTP
+// request line (any word: "x", "PING") is dialed as "neither" after
+// PeekTimeout too; the start of a ClientHello that stops short of its end
+// is waited for up to peekWaitMax in all, then refused.
+//
+// What the sandbox sees differs from a plain relayed flow in one way: its
+// connect succeeds before the host is reached, so a refused or
+// unreachable destination ends in a RST after the connect instead of a
+// failed connect.
+
+// peekWaitMax bounds the wait for the rest of a ClientHello that has
+// begun (a variable for the tests).
+var peekWaitMax = 10 * time.Second
+
+// peekState is a flow's deferred dial, while it lasts (tcpFlow.peek).
+type peekState struct {
+	f       *tcpFlow
+	name    string
+	timer   loopTimer
+	armed   bool
+	started time.Time
+	done    bool // decided: resolving and dialing
+}
+
+func (p *peekState) timerFired(*loopTimer) {
+	f := p.f
+	f.mu.Lock()
+	defer f.unlock()
+	p.armed = false
+	if f.peek != p || p.done || f.state == tcpClosed {
+		return
+	}
+	if f.pendLen == 0 {
+		// The client waits for the server to speak first.
+		p.decide(sniffNotThis, "")
+		return
+	}
+	if _, res := sniffTLS(f.pendBytes()); res != sniffNeedMore {
+		// The start of what may be an HTTP request line (any token is a
+		// method), and then silence: a short message of another
+		// protocol ("x", "PING") waiting for its answer. Relayed as
+		// neither: a client pausing in its request line gains nothing
+		// it could not have with bytes that are no HTTP at all.
+		p.decide(sniffNotThis, "")
+		return
+	}
+	// A ClientHello begun and not finished: TLS clients send it whole.
+	if time.Since(p.started) >= peekWaitMax {
+		p.refuse("incomplete TLS ClientHello")
+		return
+	}
+	p.arm(f.st.names.cfg.PeekTimeout)
+}
+
+// pendBytes is the sandbox's data held so far, in one slice.
+func (f *tcpFlow) pendBytes() []byte {
+	b := make([]byte, 0, f.pendLen)
+	for _, c := range f.pend {
+		b = append(b, c...)
+	}
+	return b
+}
+
+func (p *peekState) arm(d time.Duration) {
+	p.armed = true
+	p.f.st.poll.arm(&p.timer, d)
+}
+
+// startName opens a flow to a name: the SYN is answered at once, no host
+// socket yet (st.mu is not held; the flow is in the table).
+func (f *tcpFlow) startName(nf *nameFlow) {
+	f.mu.Lock()
+	defer f.unlock()
+	if f.state != tcpDialing {
+		return
+	}
+	if nf.dns {
+		fd, err := f.st.names.startDNSTCP(f.key.dst)
+		if err != nil {
+			f.dialFailed(err)
+			return
+		}
+		f.fd = fd
+		f.hostUp()
+		return
+	}
+	p := &peekState{f: f, name: nf.name}
+	p.timer = newLoopTimer(p)
+	f.peek = p
+	// pend collects the sandbox's data until the host socket is there
+	// (toHost writes nothing while writing is set).
+	f.writing = true
+	f.hostUp()
+}
+
+// peekEstablished starts the wait for the first bytes once the sandbox
+// completed its handshake (called with mu).
+func (f *tcpFlow) peekEstablished() {
+	p := f.peek
+	p.started = time.Now()
+	p.arm(f.st.names.cfg.PeekTimeout)
+}
+
+// rcvRoom is how much more of the sandbox's data the flow buffers: while
+// it peeks, up to peekMax.
+func (f *tcpFlow) rcvRoom() int {
+	if f.peek != nil && !f.peek.done {
+		return max(0, peekMax-f.pendLen)
+	}
+	return tcpRcvBuf - f.pendLen
+}
+
+// peekData looks at what the sandbox sent so far (called with mu after
+// data or a FIN was taken).
+func (f *tcpFlow) peekData() {
+	p := f.peek
+	if p.done || f.state == tcpClosed || (f.pendLen == 0 && !f.finRcvd) {
+		return
+	}
+	if f.pendLen == 0 {
+		p.decide(sniffNotThis, "") // closed without a byte: nothing to check
+		return
+	}
+	b := f.pendBytes()
+	name, res := sniffTLS(b)
+	kind := "TLS"
+	if res == sniffNotThis {
+		name, res = sniffHTTP(b)
+		kind = "HTTP"
+	}
+	switch res {
+	case sniffNeedMore:
+		switch {
+		case len(b) >= peekMax:
+			p.refuse(kind + " first message larger than the stack checks")
+		case f.finRcvd:
+			p.refuse("incomplete " + kind + " first message before the end of the stream")
+		}
+		return // more data, or the timer
+	case sniffMalformed:
+		p.refuse("malformed " + kind + " first message")
+		return
+	case sniffFound:
+		if name == "" {
+			p.refuse("no sni")
+			return
+		}
+		if canonName(name) != p.name {
+			what := "sni mismatch: "
+			if kind == "HTTP" {
+				what = "http host mismatch: "
+			}
+			p.refuse(what + canonName(name))
+			return
+		}
+	}
+	p.decide(res, name)
+}
+
+// refuse resets the sandbox's side and records the block.
+func (p *peekState) refuse(rule string) {
+	f := p.f
+	p.done = true
+	f.st.blockName(netpolicy.ProtoTCP, f.key.dst, p.name, rule)
+	f.st.memGive(f.pendLen)
+	f.pend, f.pendLen, f.writing = nil, 0, false
+	f.sendReset()
+	f.reset = true
+	f.state = tcpClosed
+}
+
+// decide ends the peek: the name is resolved and dialed on a worker.
+func (p *peekState) decide(_ sniffResult, _ string) {
+	f := p.f
+	p.done = true
+	if p.armed {
+		f.st.poll.stop(&p.timer)
+		p.armed = false
+	}
+	st := f.st
+	if !st.goFlow(func() { defer st.wg.Done(); p.dial() }) {
+		f.state = tcpClosed
+	}
+}
+
+// dial resolves the flow's name and opens the host socket (on a worker).
+func (p *peekState) dial() {
+	f := p.f
+	st := f.st
+	target, ok := st.names.resolveTarget(st.ctx, netpolicy.ProtoTCP, f.key.dst, p.name, true)
+	var fd int
+	var err error
+	if ok {
+		if st.cfg.Dialer != nil {
+			fd, err = st.dialConn("tcp", target)
+		} else {
+			fd, err = dialSocket(unix.SOCK_STREAM, target)
+		}
+	}
+	f.mu.Lock()
+	defer f.unlock()
+	if ok && err == nil {
+		f.fd = fd // closed by unlock if the flow is
+	}
+	if f.state == tcpClosed || st.ctx.Err() != nil {
+		f.state = tcpClosed
+		return
+	}
+	if !ok || err != nil {
+		if err != nil {
+			st.cfg.Logf("userstack: dial tcp %s (%s) for %s: %v", target, p.name, f.key.dst, err)
+		}
+		f.sendReset()
+		f.reset = true
+		f.state = tcpClosed
+		return
+	}
+	_ = unix.SetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_OOBINLINE, 1)
+	f.peek = nil
+	// writing stays set: the first EPOLLOUT (the connect's end) flushes
+	// pend, passes a FIN on and clears it; a failed connect ends there.
+}
