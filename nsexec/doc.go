@@ -4,7 +4,8 @@
 // A Go process is multi-threaded, so it cannot unshare a user namespace for
 // itself. nsexec instead re-executes the running binary (/proc/self/exe)
 // with clone flags, in a named stage. The stage's name and inputs travel as
-// typed JSON messages over an inherited socket (fd 3), never through argv or
+// typed JSON messages over an inherited socket (fd 3; protocol.go has the
+// ladder of every message), never through argv or
 // the environment; argv[0] only carries a marker so [Init] can recognise a
 // stage at all.
 //

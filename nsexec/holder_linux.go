@@ -37,37 +37,13 @@ import (
 // userstack is attached, so the command never runs in a half-built jail;
 // if the holder fails, init dies with it (parent-death signal).
 
-// initChanFD is where the holder receives the launcher's channel for init;
-// it becomes init's stageFD.
-const initChanFD = 5
-
-// Messages only the holder and launcher exchange.
-const (
-	msgRoutesLocked msgKind = "routes-locked" // holder -> launcher
-	msgGo           msgKind = "go"            // launcher -> init: the jail is ready
-	msgInitStarted  msgKind = "init-started"  // holder -> launcher
-	// launcher -> holder: a new route plan (Routes) for the running jail;
-	// holder -> launcher: msgPolicyApplied, Text the error if it failed.
-	msgPolicyUpdate  msgKind = "policy-update"
-	msgPolicyApplied msgKind = "policy-applied"
-)
-
-// fd-channel tags: which descriptor is arriving.
-const (
-	fdTagTUN = 't'
-	fdTagPTY = 'p'
-)
-
-func runHolder(ch *channel, start message) int {
+func runHolder(ch *channel, start startHolder) int {
 	return reportStage(ch)(holder(ch, start))
 }
 
-func holder(ch *channel, start message) (code int, err error) {
+func holder(ch *channel, start startHolder) (code int, err error) {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("set parent-death signal: %w", err)
-	}
-	if start.Routes == nil {
-		return 0, errors.New("holder started without a route plan")
 	}
 	if len(start.Devices) == 0 {
 		return 0, errors.New("holder started without a TUN device to create")
@@ -102,7 +78,9 @@ func holder(ch *channel, start message) (code int, err error) {
 		}
 	}()
 	initChan.Close()
-	_ = ch.send(message{Kind: msgInitStarted, PID: cmd.Process.Pid})
+	if err := ch.send(msgInitStarted, pidMsg{PID: cmd.Process.Pid}); err != nil {
+		return 0, err
+	}
 
 	for _, dev := range start.Devices {
 		tun, err := openTUN(dev)
@@ -120,9 +98,9 @@ func holder(ch *channel, start message) (code int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	warnings, err := routes.Apply(*start.Routes, nl)
+	warnings, err := routes.Apply(start.Routes, nl)
 	for _, w := range warnings {
-		_ = ch.send(message{Kind: msgWarning, Text: fmt.Sprintf("egress jail: %v (that destination stays unreachable)", w)})
+		_ = ch.send(msgWarning, warning{Text: fmt.Sprintf("egress jail: %v (that destination stays unreachable)", w)})
 	}
 	if err != nil {
 		nl.Close()
@@ -131,7 +109,7 @@ func holder(ch *channel, start message) (code int, err error) {
 	if f := start.Routes.Filter; f != nil {
 		err := routes.InstallFilter(f)
 		if errors.Is(err, routes.ErrUnrecorded) {
-			_ = ch.send(message{Kind: msgWarning, Text: "egress jail: " + err.Error()})
+			_ = ch.send(msgWarning, warning{Text: "egress jail: " + err.Error()})
 			err = nil
 		}
 		if err != nil {
@@ -143,12 +121,12 @@ func holder(ch *channel, start message) (code int, err error) {
 	// allow it for the caller's group, so ping works without a raw socket.
 	gid := os.Getgid()
 	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte(fmt.Sprintf("%d %d", gid, gid)), 0); err != nil {
-		_ = ch.send(message{Kind: msgWarning, Text: fmt.Sprintf("egress jail: ping will not work inside (%v)", err)})
+		_ = ch.send(msgWarning, warning{Text: fmt.Sprintf("egress jail: ping will not work inside (%v)", err)})
 	}
-	if err := ch.send(message{Kind: msgRoutesLocked}); err != nil {
+	if err := ch.send(msgRoutesLocked, nil); err != nil {
 		return 0, err
 	}
-	go serveUpdates(ch, nl, *start.Routes)
+	go serveUpdates(ch, nl, start.Routes)
 	settle()
 	_ = cmd.Wait()
 	return exitCode(cmd.ProcessState), nil
@@ -161,25 +139,25 @@ func holder(ch *channel, start message) (code int, err error) {
 // what it refused before and the launcher fails closed (see jail).
 func serveUpdates(ch *channel, nl *routes.Netlink, cur routes.Plan) {
 	for {
-		m, err := ch.recv()
-		if err != nil {
+		// Anything but an update (or the launcher's end closing) ends
+		// the jail: a message out of turn means the two ends no longer
+		// agree on the jail's state.
+		var m policyUpdate
+		if err := ch.expect(msgPolicyUpdate, &m); err != nil {
 			os.Exit(ExitSetup)
 		}
-		if m.Kind != msgPolicyUpdate || m.Routes == nil {
-			continue
-		}
-		next := *m.Routes
-		reply := message{Kind: msgPolicyApplied}
+		next := m.Routes
+		var reply policyApplied
 		warnings, err := routes.Update(cur, next, nl)
 		for _, w := range warnings {
-			_ = ch.send(message{Kind: msgWarning, Text: fmt.Sprintf("egress jail: %v (that destination stays unreachable)", w)})
+			_ = ch.send(msgWarning, warning{Text: fmt.Sprintf("egress jail: %v (that destination stays unreachable)", w)})
 		}
 		if err != nil {
-			reply.Text = err.Error()
+			reply.Error = err.Error()
 		} else {
 			cur = next
 		}
-		if err := ch.send(reply); err != nil {
+		if err := ch.send(msgPolicyApplied, reply); err != nil {
 			os.Exit(ExitSetup)
 		}
 	}

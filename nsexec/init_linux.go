@@ -41,25 +41,29 @@ func runStage() int {
 	// Every fd from 3 up is made close-on-exec; the stages pass on what
 	// they mean to, explicitly.
 	cloexecErr := closeExtraOnExec()
-	ch := newChannel(f)
+	ch := newChannel(f, "launcher")
 	// First of all: tell the parent that this binary runs the stage (a
 	// program that forgot Init would run its own main instead).
-	if err := ch.send(message{Kind: msgHello}); err != nil {
+	if err := ch.send(msgHello, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "claude-sandbox: stage channel:", err)
 		return ExitSetup
 	}
 	m, err := ch.recv()
-	if err != nil || m.Kind != msgStart {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "claude-sandbox: stage channel: no start message:", err)
 		return ExitSetup
 	}
 	if cloexecErr != nil {
 		// A descriptor that would reach the command: refuse the launch.
-		_ = ch.send(message{Kind: msgError, Text: cloexecErr.Error(), Code: ExitSetup})
+		_ = ch.send(msgError, stageFailure{Text: cloexecErr.Error(), Code: ExitSetup})
 		return ExitSetup
 	}
-	switch m.Stage {
-	case "init":
+	switch m.Kind {
+	case msgStartInit:
+		var start startInit
+		if err := ch.decode(m, &start); err != nil {
+			return reportStage(ch)(0, err)
+		}
 		// Catch SIGCHLD and the forwarded signals before the command
 		// exists, so none is lost; and every other signal, which init
 		// ignores (see catchAll). Done before the thread is locked: the
@@ -70,12 +74,16 @@ func runStage() int {
 		sigs := make(chan os.Signal, 64)
 		catchAll(sigs)
 		runtime.LockOSThread()
-		return runInit(ch, m, sigs)
-	case "holder":
+		return runInit(ch, start, sigs)
+	case msgStartHolder:
+		var start startHolder
+		if err := ch.decode(m, &start); err != nil {
+			return reportStage(ch)(0, err)
+		}
 		runtime.LockOSThread()
-		return runHolder(ch, m)
+		return runHolder(ch, start)
 	}
-	_ = ch.send(message{Kind: msgError, Text: fmt.Sprintf("unknown stage %q", m.Stage), Code: ExitSetup})
+	_ = ch.send(msgError, stageFailure{Text: (&protocolError{peer: "launcher", err: fmt.Errorf("%q arrived where a start was due", m.Kind)}).Error(), Code: ExitSetup})
 	return ExitSetup
 }
 
@@ -92,7 +100,7 @@ func fail(code int, format string, a ...any) error {
 }
 
 // runInit is PID 1 of the sandbox. It never returns while the command runs.
-func runInit(ch *channel, start message, sigs chan os.Signal) int {
+func runInit(ch *channel, start startInit, sigs chan os.Signal) int {
 	return reportStage(ch)(initSandbox(ch, start, sigs))
 }
 
@@ -105,12 +113,12 @@ func reportStage(ch *channel) func(int, error) int {
 		}
 		se := &stageError{code: ExitSetup, err: err}
 		errors.As(err, &se)
-		_ = ch.send(message{Kind: msgError, Text: se.err.Error(), Code: se.code})
+		_ = ch.send(msgError, stageFailure{Text: se.err.Error(), Code: se.code})
 		return se.code
 	}
 }
 
-func initSandbox(ch *channel, start message, sigs chan os.Signal) (int, error) {
+func initSandbox(ch *channel, start startInit, sigs chan os.Signal) (int, error) {
 	// If the launcher dies, so do we, and with PID 1 gone the kernel kills
 	// every process of the namespace. Set before anything else; the
 	// channel watch below covers a launcher that died before this line.
@@ -125,11 +133,11 @@ func initSandbox(ch *channel, start message, sigs chan os.Signal) (int, error) {
 	if w, err := limitPids(p.PidsLimit, p.HostRoot); err != nil {
 		return 0, err
 	} else if w != "" {
-		_ = ch.send(message{Kind: msgWarning, Text: w})
+		_ = ch.send(msgWarning, warning{Text: w})
 	}
 	warnings, err := mounts.Setup(p.Mounts)
 	for _, w := range warnings {
-		_ = ch.send(message{Kind: msgWarning, Text: w})
+		_ = ch.send(msgWarning, warning{Text: w})
 	}
 	if err != nil {
 		return 0, err
@@ -152,7 +160,7 @@ func initSandbox(ch *channel, start message, sigs chan os.Signal) (int, error) {
 			return 0, fmt.Errorf("chdir /: %w", err)
 		}
 		// Quoted: the path may hold bytes that are not UTF-8.
-		_ = ch.send(message{Kind: msgWarning, Text: fmt.Sprintf("the current directory %q is not visible inside (%v): starting in /; bind it, or name a directory with --chdir", p.Dir, err)})
+		_ = ch.send(msgWarning, warning{Text: fmt.Sprintf("the current directory %q is not visible inside (%v): starting in /; bind it, or name a directory with --chdir", p.Dir, err)})
 	}
 	if err := dropPrivileges(); err != nil {
 		return 0, err
@@ -168,8 +176,7 @@ func initSandbox(ch *channel, start message, sigs chan os.Signal) (int, error) {
 	if start.WaitGo {
 		// The jail's routes and stack are being set up meanwhile; the
 		// command runs only once the launcher has seen both done.
-		m, err := ch.recv()
-		if err != nil || m.Kind != msgGo {
+		if err := ch.expect(msgGo, nil); err != nil {
 			return 0, fmt.Errorf("the egress jail was not completed (%v)", err)
 		}
 	}
@@ -225,7 +232,7 @@ func initSandbox(ch *channel, start message, sigs chan os.Signal) (int, error) {
 		// its children are gone, the launcher's relay sees the end.
 		slave.Close()
 	}
-	if err := ch.send(message{Kind: msgStarted, PID: target}); err != nil {
+	if err := ch.send(msgStarted, pidMsg{PID: target}); err != nil {
 		return 0, fmt.Errorf("report start: %w", err)
 	}
 	go relayLauncher(ch, target)
@@ -247,15 +254,17 @@ func settle() {
 // forwarded signals on to the command.
 func relayLauncher(ch *channel, target int) {
 	for {
-		m, err := ch.recv()
-		if err != nil {
+		// Only signals come now; anything else (or the launcher's end
+		// closing) ends the sandbox: init cannot tell what it missed.
+		var s signalMsg
+		if err := ch.expect(msgSignal, &s); err != nil {
 			os.Exit(ExitSetup)
 		}
 		// Any signal the launcher asks for: the channel is the
 		// launcher's alone (an embedder's Signal may send others than
 		// the forwarded set).
-		if m.Kind == msgSignal && m.Code > 0 && m.Code < 65 {
-			_ = unix.Kill(target, unix.Signal(m.Code))
+		if s.Signal > 0 && s.Signal < 65 {
+			_ = unix.Kill(target, unix.Signal(s.Signal))
 		}
 	}
 }
@@ -332,7 +341,7 @@ func loopbackUp() error {
 // sendPTY opens a pseudo-terminal in the sandbox's own devpts (so the
 // command's ttyname resolves inside), gives it the host terminal's settings
 // and size, and hands the master side to the launcher over ptyFD.
-func sendPTY(start message) (*os.File, error) {
+func sendPTY(start startInit) (*os.File, error) {
 	m, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err

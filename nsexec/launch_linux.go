@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -91,6 +92,9 @@ type Options struct {
 	// main calls [Init] first: the claude-sandbox binary is one. It must
 	// be a path no one else can replace.
 	StageExe string
+	// Logger, when set, receives every stage message the launcher sends
+	// and receives, at debug level (see protocol.go); nil: none.
+	Logger *slog.Logger
 }
 
 // Run builds the sandbox described by p, runs its command to the end and
@@ -233,7 +237,7 @@ func (l *launch) start() (int, error) {
 		}
 		l.null = null
 	}
-	ch := newChannel(l.initParent)
+	ch := l.newChannel(l.initParent, "init")
 	l.ich = ch
 	if p.Net == plan.NetJail {
 		if code, err := l.startHolder(); err != nil {
@@ -256,12 +260,12 @@ func (l *launch) start() (int, error) {
 		}
 	}
 
-	start := message{Kind: msgStart, Stage: "init", Plan: p, TTY: useTTY, WaitGo: p.Net == plan.NetJail}
+	start := startInit{Plan: p, TTY: useTTY, WaitGo: p.Net == plan.NetJail}
 	if l.term != nil {
 		start.PTYFds = l.term.fds
 		start.Winsize, start.Termios = l.term.state()
 	}
-	if err := ch.send(start); err != nil {
+	if err := ch.send(msgStartInit, start); err != nil {
 		return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", err))
 	}
 	if p.Net == plan.NetJail {
@@ -269,37 +273,20 @@ func (l *launch) start() (int, error) {
 		if code, err := l.completeJail(); err != nil {
 			return code, err
 		}
-		// If init already failed, this send fails too; its error message
-		// is read below.
-		_ = ch.send(message{Kind: msgGo})
-	}
-	for {
-		m, err := ch.recv()
-		if err != nil {
-			_ = l.cmd.Wait()
-			if err := l.cancelled(); err != nil {
-				return ExitSetup, err
-			}
-			return ExitSetup, fmt.Errorf("sandbox init ended before the command started (%v)", l.cmd.ProcessState)
+		// init's hello was sent before it read its start (sent above,
+		// buffered meanwhile); it is read here, once the jail is done.
+		if err := l.awaitHello(ch); err != nil {
+			return ExitSetup, err
 		}
-		switch m.Kind {
-		case msgWarning:
-			o.Warn(m.Text)
-			continue
-		case msgError:
-			_ = l.cmd.Wait()
-			code := m.Code
-			if code == 0 {
-				code = ExitSetup
-			}
-			return code, errors.New(m.Text)
-		case msgStarted:
-			l.startedPID = m.PID
-		default:
-			continue
-		}
-		break
+		// If init already failed, this send fails too; its error
+		// message is read below.
+		_ = ch.send(msgGo, nil)
 	}
+	var started pidMsg
+	if err := ch.expect(msgStarted, &started); err != nil {
+		return l.stageFailed(err, "sandbox init ended before the command started")
+	}
+	l.startedPID = started.PID
 	if l.term != nil {
 		master, err := l.receive(fdTagPTY)
 		if err != nil {
@@ -308,6 +295,42 @@ func (l *launch) start() (int, error) {
 		l.term.master = master
 	}
 	return 0, nil
+}
+
+// newChannel opens the launcher's end of a stage's channel: warnings go
+// to the user, every message to the debug log.
+func (l *launch) newChannel(f *os.File, peer string) *channel {
+	ch := newChannel(f, peer)
+	ch.warn, ch.log = l.o.Warn, l.o.Logger
+	return ch
+}
+
+// stageFailed turns what expect returned while the launch waited on a
+// stage into the launch's result: the stage's own error and status, a
+// protocol error, or (the stage ended without a word) what the exit
+// status says, after ended.
+func (l *launch) stageFailed(err error, ended string) (int, error) {
+	if err == nil {
+		// The stage went on as if nothing failed: stop it.
+		return l.abort(errors.New(ended))
+	}
+	var f *stageFailure
+	if errors.As(err, &f) {
+		_ = l.cmd.Wait()
+		if cerr := l.cancelled(); cerr != nil {
+			return ExitSetup, cerr
+		}
+		return f.exitCode(), errors.New(f.Text)
+	}
+	var pe *protocolError
+	if errors.As(err, &pe) {
+		return l.abort(err)
+	}
+	_ = l.cmd.Wait()
+	if cerr := l.cancelled(); cerr != nil {
+		return ExitSetup, cerr
+	}
+	return ExitSetup, fmt.Errorf("%s (%v)", ended, l.cmd.ProcessState)
 }
 
 // startStage starts the launcher's direct child stage (init, or the
@@ -398,9 +421,9 @@ func (l *launch) awaitHello(ch *channel) error {
 		late.Store(true)
 		_ = l.cmd.Process.Kill()
 	})
-	m, err := ch.recv()
+	err := ch.expect(msgHello, nil)
 	t.Stop()
-	if err == nil && m.Kind == msgHello {
+	if err == nil {
 		return nil
 	}
 	_ = l.cmd.Process.Kill()
@@ -413,10 +436,16 @@ func (l *launch) awaitHello(ch *channel) error {
 		exe = "this program"
 	}
 	how := fmt.Sprintf("it ended (%v) without a word", l.cmd.ProcessState)
-	if late.Load() {
+	var f *stageFailure
+	var pe *protocolError
+	switch {
+	case late.Load():
 		how = fmt.Sprintf("it said nothing for %v", helloTimeout)
-	} else if err == nil {
-		how = fmt.Sprintf("it answered %q instead", m.Kind)
+	case errors.As(err, &f):
+		// A stage that runs but failed before its hello: its own words.
+		return errors.New(f.Text)
+	case errors.As(err, &pe):
+		how = fmt.Sprintf("it answered out of turn (%v)", pe.err)
 	}
 	return fmt.Errorf("the sandbox's stage did not start: %s was re-executed to run it, but %s. "+
 		"Call sandbox.Init() (or nsexec.Init()) as the first statement of main, before flags or anything else, "+
@@ -440,34 +469,19 @@ func (l *launch) startHolder() (int, error) {
 	holderChild.Close()
 	l.fdChild.Close()
 	l.fdChild = nil
-	l.hch = newChannel(holderParent)
+	l.hch = l.newChannel(holderParent, "holder")
 	if err := l.awaitHello(l.hch); err != nil {
 		return ExitSetup, err
 	}
-	rp := o.Jail.Routes()
-	if err := l.hch.send(message{Kind: msgStart, Stage: "holder", Routes: &rp, Devices: o.Jail.Devices(), CloneInit: initCloneFlags(p)}); err != nil {
+	if err := l.hch.send(msgStartHolder, startHolder{Routes: o.Jail.Routes(), Devices: o.Jail.Devices(), CloneInit: initCloneFlags(p)}); err != nil {
 		return l.abort(fmt.Errorf("start the jail: %w", err))
 	}
-	return 0, nil
-}
-
-// holderFailed reports why the holder ended: its error message if it sent
-// one, else fallback.
-func (l *launch) holderFailed(fallback error) (int, error) {
-	for {
-		m, err := l.hch.recv()
-		if err != nil {
-			break
-		}
-		if m.Kind == msgWarning {
-			l.o.Warn(m.Text)
-		}
-		if m.Kind == msgError {
-			_ = l.cmd.Wait()
-			return ExitSetup, errors.New(m.Text)
-		}
+	var started pidMsg
+	if err := l.hch.expect(msgInitStarted, &started); err != nil {
+		return l.stageFailed(err, "egress jail: the holder ended before it started the sandbox")
 	}
-	return l.abort(fallback)
+	l.setInit(started.PID, true)
+	return 0, nil
 }
 
 // completeJail receives the jail's TUN links, waits for the holder's
@@ -482,26 +496,13 @@ func (l *launch) completeJail() (int, error) {
 	for range l.o.Jail.Devices() {
 		tun, err := l.receive(fdTagTUN)
 		if err != nil {
-			return l.holderFailed(fmt.Errorf("egress jail: no TUN device from the holder (%v)", err))
+			// The holder said why on its channel, if it could.
+			return l.stageFailed(l.hch.expect(msgRoutesLocked, nil), fmt.Sprintf("egress jail: no TUN device from the holder (%v)", err))
 		}
 		tuns = append(tuns, tun)
 	}
-	for locked := false; !locked; {
-		m, err := l.hch.recv()
-		if err != nil {
-			return l.holderFailed(fmt.Errorf("egress jail: the holder ended while locking routes (%v)", err))
-		}
-		switch m.Kind {
-		case msgWarning:
-			l.o.Warn(m.Text)
-		case msgError:
-			_ = l.cmd.Wait()
-			return ExitSetup, errors.New(m.Text)
-		case msgRoutesLocked:
-			locked = true
-		case msgInitStarted:
-			l.setInit(m.PID, true)
-		}
+	if err := l.hch.expect(msgRoutesLocked, nil); err != nil {
+		return l.stageFailed(err, "egress jail: the holder ended while locking routes")
 	}
 	if err := l.o.Jail.Attach(tuns); err != nil {
 		return l.abort(fmt.Errorf("egress jail: the userstack cannot attach to the TUN device: %v; %s", err, tunFixes))
@@ -515,37 +516,38 @@ func (l *launch) completeJail() (int, error) {
 
 // holderUpdates reads the holder's channel from now on (its warnings,
 // and its answers to policy updates) and returns the function that sends
-// it an update and waits for the answer.
+// it an update and waits for the answer. A message out of turn closes
+// the channel: the holder then ends, and so does the sandbox.
 func (l *launch) holderUpdates() func(routes.Plan) error {
-	answers := make(chan string)
+	answers := make(chan policyApplied)
 	go func() {
 		defer close(answers)
 		for {
-			m, err := l.hch.recv()
-			if err != nil {
+			var a policyApplied
+			if err := l.hch.expect(msgPolicyApplied, &a); err != nil {
+				var pe *protocolError
+				if errors.As(err, &pe) {
+					l.o.Warn(err.Error())
+					l.holderParent.Close()
+				}
 				return
 			}
-			switch m.Kind {
-			case msgWarning:
-				l.o.Warn(m.Text)
-			case msgPolicyApplied:
-				answers <- m.Text
-			}
+			answers <- a
 		}
 	}()
 	var mu sync.Mutex
 	return func(rp routes.Plan) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if err := l.hch.send(message{Kind: msgPolicyUpdate, Routes: &rp}); err != nil {
+		if err := l.hch.send(msgPolicyUpdate, policyUpdate{Routes: rp}); err != nil {
 			return fmt.Errorf("%w (%v)", ErrHolderGone, err)
 		}
-		text, ok := <-answers
+		a, ok := <-answers
 		if !ok {
 			return ErrHolderGone
 		}
-		if text != "" {
-			return errors.New(text)
+		if a.Error != "" {
+			return errors.New(a.Error)
 		}
 		return nil
 	}
@@ -598,7 +600,7 @@ func (l *launch) supervise(sigs chan os.Signal) (int, error) {
 				}
 				// Over init's channel, not kill(): init drops the
 				// signals it is sent directly (see catchAll).
-				_ = l.sendInit(message{Kind: msgSignal, Code: int(s.(unix.Signal))})
+				_ = l.sendInit(msgSignal, signalMsg{Signal: int(s.(unix.Signal))})
 			case err := <-failed:
 				// Fail closed: without its stack the jail must not live on.
 				mu.Lock()

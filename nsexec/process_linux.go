@@ -160,7 +160,7 @@ func (pr *Process) Signal(sig syscall.Signal) error {
 	if sig <= 0 || sig >= 65 {
 		return fmt.Errorf("signal %d out of range", int(sig))
 	}
-	return pr.l.sendInit(message{Kind: msgSignal, Code: int(sig)})
+	return pr.l.sendInit(msgSignal, signalMsg{Signal: int(sig)})
 }
 
 // Kill ends the sandbox at once: init and every process inside die with
@@ -210,10 +210,10 @@ func (pr *Process) Namespaces() (map[string]uint64, error) {
 }
 
 // sendInit sends m on init's channel; the supervisor and Signal share it.
-func (l *launch) sendInit(m message) error {
+func (l *launch) sendInit(kind msgKind, body any) error {
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
-	return l.ich.send(m)
+	return l.ich.send(kind, body)
 }
 
 // waitInitGone waits until init has exited when it is not this process's

@@ -28,10 +28,6 @@ import (
 // instead, so a process inside cannot make init signal the command by
 // signalling init: init drops whatever it gets by kill().
 
-// msgSignal (launcher -> init) asks init to send signal Code to the
-// command.
-const msgSignal msgKind = "signal"
-
 // forwardedSignals are the ones the launcher passes on.
 var forwardedSignals = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGWINCH}
 
