@@ -9,8 +9,6 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/claude-sandbox/claude-sandbox/routes"
 )
 
 // The holder stage owns the egress jail's network namespace. It is started
@@ -25,17 +23,14 @@ import (
 //  1. start init in the nested namespaces, with the launcher's channels:
 //     it builds the filesystem view meanwhile, but does not start the
 //     command until the launcher says "go";
-//  2. open /dev/net/tun, create the jail's TUN links (the egress device and
-//     the sink for blocked ranges), pass their fds to the launcher;
-//  3. apply the route plan: lo up, TUN addressed and up, blocks to the
-//     sink, default route and punches (punch failures are warnings);
-//     report "routes locked";
-//  4. apply the launcher's policy updates, and exit with init's status
-//     (the signals that would end it are ignored).
+//  2. run the jail's child driver (netdriver.go) in the new namespace,
+//     pass its descriptors to the launcher and report "net-ready";
+//  3. exit with init's status (the signals that would end it are
+//     ignored).
 //
-// The launcher sends init "go" only after the routes are locked and its
-// userstack is attached, so the command never runs in a half-built jail;
-// if the holder fails, init dies with it (parent-death signal).
+// The launcher sends init "go" only after the driver is done and the jail
+// attached, so the command never runs in a half-built jail; if the holder
+// fails, init dies with it (parent-death signal).
 
 func runHolder(ch *channel, start startHolder) int {
 	return reportStage(ch)(holder(ch, start))
@@ -45,12 +40,13 @@ func holder(ch *channel, start startHolder) (code int, err error) {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("set parent-death signal: %w", err)
 	}
-	if len(start.Devices) == 0 {
-		return 0, errors.New("holder started without a TUN device to create")
+	drv := netChild(start.Driver)
+	if drv == nil {
+		return 0, fmt.Errorf("egress jail: this binary has no network driver %q: the stage binary must be built from the same version of claude-sandbox, with package jail linked in", start.Driver)
 	}
 	// init starts at once and builds the sandbox's filesystem while the
 	// jail is set up here; it starts the command only when the launcher
-	// says go, after the routes are locked and the stack attached.
+	// says go, after the driver is done and the jail attached.
 	// The signals that would end a Go program are ignored: init drops
 	// the ones sent to it directly (see catchAll; the launcher passes
 	// the command its signals over init's channel), so forwarding them
@@ -81,86 +77,25 @@ func holder(ch *channel, start startHolder) (code int, err error) {
 	if err := ch.send(msgInitStarted, pidMsg{PID: cmd.Process.Pid}); err != nil {
 		return 0, err
 	}
-
-	for _, dev := range start.Devices {
-		tun, err := openTUN(dev)
+	warn := func(w string) { _ = ch.send(msgWarning, warning{Text: w}) }
+	files, reply, err := drv.Setup(start.Data, warn)
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range files {
+		err = sendFD(ptyFD, fdTagNet, int(f.Fd()))
+		f.Close()
 		if err != nil {
-			return 0, err
-		}
-		err = sendFD(ptyFD, fdTagTUN, tun)
-		unix.Close(tun)
-		if err != nil {
-			return 0, fmt.Errorf("pass the TUN device to the launcher: %w", err)
+			return 0, fmt.Errorf("egress jail: pass the jail's descriptors to the launcher: %w", err)
 		}
 	}
 	fdChan.Close()
-	nl, err := routes.OpenNetlink()
-	if err != nil {
+	if err := ch.send(msgNetReady, netReady{Files: len(files), Reply: reply}); err != nil {
 		return 0, err
 	}
-	warnings, err := routes.Apply(start.Routes, nl)
-	for _, w := range warnings {
-		_ = ch.send(msgWarning, warning{Text: fmt.Sprintf("egress jail: %v (that destination stays unreachable)", w)})
-	}
-	if err != nil {
-		nl.Close()
-		return 0, fmt.Errorf("egress jail: %w (the jail is fail-closed; nothing was started)", err)
-	}
-	if f := start.Routes.Filter; f != nil {
-		err := routes.InstallFilter(f)
-		if errors.Is(err, routes.ErrUnrecorded) {
-			_ = ch.send(msgWarning, warning{Text: "egress jail: " + err.Error()})
-			err = nil
-		}
-		if err != nil {
-			nl.Close()
-			return 0, fmt.Errorf("egress jail: %w (the kernel's netfilter (nf_tables) must be available in the jail's network namespace: load the nf_tables module, or use --net=host to run without the jail)", err)
-		}
-	}
-	// Unprivileged ICMP echo (ping sockets) is off in a new namespace;
-	// allow it for the caller's group, so ping works without a raw socket.
-	gid := os.Getgid()
-	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte(fmt.Sprintf("%d %d", gid, gid)), 0); err != nil {
-		_ = ch.send(msgWarning, warning{Text: fmt.Sprintf("egress jail: ping will not work inside (%v)", err)})
-	}
-	if err := ch.send(msgRoutesLocked, nil); err != nil {
-		return 0, err
-	}
-	go serveUpdates(ch, nl, start.Routes)
 	settle()
 	_ = cmd.Wait()
 	return exitCode(cmd.ProcessState), nil
-}
-
-// serveUpdates applies the launcher's policy updates to the jail's routes
-// and filter while the sandbox runs, answering each with msgPolicyApplied
-// (Text empty) or the error; and exits, as init does, when the launcher's
-// end of the channel closes. A failed update leaves the jail refusing
-// what it refused before and the launcher fails closed (see jail).
-func serveUpdates(ch *channel, nl *routes.Netlink, cur routes.Plan) {
-	for {
-		// Anything but an update (or the launcher's end closing) ends
-		// the jail: a message out of turn means the two ends no longer
-		// agree on the jail's state.
-		var m policyUpdate
-		if err := ch.expect(msgPolicyUpdate, &m); err != nil {
-			os.Exit(ExitSetup)
-		}
-		next := m.Routes
-		var reply policyApplied
-		warnings, err := routes.Update(cur, next, nl)
-		for _, w := range warnings {
-			_ = ch.send(msgWarning, warning{Text: fmt.Sprintf("egress jail: %v (that destination stays unreachable)", w)})
-		}
-		if err != nil {
-			reply.Error = err.Error()
-		} else {
-			cur = next
-		}
-		if err := ch.send(msgPolicyApplied, reply); err != nil {
-			os.Exit(ExitSetup)
-		}
-	}
 }
 
 // stageEnv is the stages' whole environment (the command's own comes in

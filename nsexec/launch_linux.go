@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/plan"
-	"github.com/claude-sandbox/claude-sandbox/routes"
 )
 
 // TTYMode chooses whether the command gets a pseudo-terminal.
@@ -34,42 +33,6 @@ const (
 	// never uses it.
 	TTYNever
 )
-
-// Jail is the launcher's half of the egress jail (plan.NetJail): the
-// userspace network stack that serves the jail's TUN device. The engine
-// creates the namespace and the device and applies Routes in it; the Jail
-// decides what the traffic may reach.
-type Jail interface {
-	// Devices are the TUN links to create in the jail's namespace.
-	Devices() []TUN
-	// Routes is the route plan applied inside the jail's namespace before
-	// anything runs there.
-	Routes() routes.Plan
-	// Attach starts serving the devices, in the order Devices named them.
-	// When it returns nil the stack is attached, and only then is the
-	// sandbox started.
-	Attach(devs []*os.File) error
-	// Failed delivers a fatal error of the stack; the sandbox is killed.
-	Failed() <-chan error
-	// Close stops the stack, after the sandbox has ended.
-	Close()
-}
-
-// ErrHolderGone is what a LiveJail's apply returns once the jail's holder
-// has ended: the jail's namespace and the sandbox in it are gone or going,
-// and there is nothing left to update.
-var ErrHolderGone = errors.New("the jail's holder ended")
-
-// LiveJail is a Jail whose policy follows the host while the sandbox
-// runs. Once the stack is attached, before the command starts, the engine
-// calls Live with apply: it installs a new route plan (routes and filter)
-// in the jail's namespace, through the holder that owns it, and returns
-// when the plan is in force or why it is not. apply is safe to call from
-// any goroutine, one call at a time.
-type LiveJail interface {
-	Jail
-	Live(apply func(routes.Plan) error)
-}
 
 // Options are the launcher's run-time choices, which are not part of the
 // plan because they depend on how the launcher itself was started.
@@ -265,13 +228,19 @@ func (l *launch) start() (int, error) {
 		start.PTYFds = l.term.fds
 		start.Winsize, start.Termios = l.term.state()
 	}
-	if err := ch.send(msgStartInit, start); err != nil {
-		return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", err))
+	sendErr := ch.send(msgStartInit, start)
+	if sendErr != nil && p.Net != plan.NetJail {
+		return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", sendErr))
 	}
 	if p.Net == plan.NetJail {
 		// init builds the filesystem view while the jail is completed.
+		// (If init is gone already, the holder killed it on failing:
+		// its reason comes first.)
 		if code, err := l.completeJail(); err != nil {
 			return code, err
+		}
+		if sendErr != nil {
+			return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", sendErr))
 		}
 		// init's hello was sent before it read its start (sent above,
 		// buffered meanwhile); it is read here, once the jail is done.
@@ -473,7 +442,11 @@ func (l *launch) startHolder() (int, error) {
 	if err := l.awaitHello(l.hch); err != nil {
 		return ExitSetup, err
 	}
-	if err := l.hch.send(msgStartHolder, startHolder{Routes: o.Jail.Routes(), Devices: o.Jail.Devices(), CloneInit: initCloneFlags(p)}); err != nil {
+	driver, data, err := o.Jail.Child()
+	if err != nil {
+		return l.abort(fmt.Errorf("egress jail: %w", err))
+	}
+	if err := l.hch.send(msgStartHolder, startHolder{Driver: driver, Data: data, CloneInit: initCloneFlags(p)}); err != nil {
 		return l.abort(fmt.Errorf("start the jail: %w", err))
 	}
 	var started pidMsg
@@ -484,73 +457,31 @@ func (l *launch) startHolder() (int, error) {
 	return 0, nil
 }
 
-// completeJail receives the jail's TUN links, waits for the holder's
-// routes to be locked, and attaches the userstack.
+// completeJail waits for the jail's child driver to finish setting up
+// the namespace, receives what it passed, and attaches the jail.
 func (l *launch) completeJail() (int, error) {
-	var tuns []*os.File
+	var ready netReady
+	if err := l.hch.expect(msgNetReady, &ready); err != nil {
+		return l.stageFailed(err, "egress jail: the holder ended while setting up the jail's network")
+	}
+	var files []*os.File
 	defer func() {
-		for _, f := range tuns {
+		for _, f := range files {
 			f.Close()
 		}
 	}()
-	for range l.o.Jail.Devices() {
-		tun, err := l.receive(fdTagTUN)
+	for range ready.Files {
+		f, err := l.receive(fdTagNet)
 		if err != nil {
-			// The holder said why on its channel, if it could.
-			return l.stageFailed(l.hch.expect(msgRoutesLocked, nil), fmt.Sprintf("egress jail: no TUN device from the holder (%v)", err))
+			return l.abort(fmt.Errorf("egress jail: a descriptor from the holder is missing (%v)", err))
 		}
-		tuns = append(tuns, tun)
+		files = append(files, f)
 	}
-	if err := l.hch.expect(msgRoutesLocked, nil); err != nil {
-		return l.stageFailed(err, "egress jail: the holder ended while locking routes")
-	}
-	if err := l.o.Jail.Attach(tuns); err != nil {
-		return l.abort(fmt.Errorf("egress jail: the userstack cannot attach to the TUN device: %v; %s", err, tunFixes))
+	if err := l.o.Jail.Attach(files, ready.Reply); err != nil {
+		return l.abort(fmt.Errorf("egress jail: %w", err))
 	}
 	l.attached = true
-	if lj, ok := l.o.Jail.(LiveJail); ok {
-		lj.Live(l.holderUpdates())
-	}
 	return 0, nil
-}
-
-// holderUpdates reads the holder's channel from now on (its warnings,
-// and its answers to policy updates) and returns the function that sends
-// it an update and waits for the answer. A message out of turn closes
-// the channel: the holder then ends, and so does the sandbox.
-func (l *launch) holderUpdates() func(routes.Plan) error {
-	answers := make(chan policyApplied)
-	go func() {
-		defer close(answers)
-		for {
-			var a policyApplied
-			if err := l.hch.expect(msgPolicyApplied, &a); err != nil {
-				var pe *protocolError
-				if errors.As(err, &pe) {
-					l.o.Warn(err.Error())
-					l.holderParent.Close()
-				}
-				return
-			}
-			answers <- a
-		}
-	}()
-	var mu sync.Mutex
-	return func(rp routes.Plan) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if err := l.hch.send(msgPolicyUpdate, policyUpdate{Routes: rp}); err != nil {
-			return fmt.Errorf("%w (%v)", ErrHolderGone, err)
-		}
-		a, ok := <-answers
-		if !ok {
-			return ErrHolderGone
-		}
-		if a.Error != "" {
-			return errors.New(a.Error)
-		}
-		return nil
-	}
 }
 
 // abort kills the stage and reports err. Closing init's channel first

@@ -29,20 +29,19 @@ package nsexec
 //	launcher                      holder                             init
 //	   | clone(NEWUSER|NEWNET) -----> |
 //	   | <------------- hello ------- |
-//	   | -- start-holder {routes, --> |
-//	   |    devices, clone flags}     | clone(NEWUSER|NEWNS|NEWPID|...) -> |
+//	   | -- start-holder {driver, --> |
+//	   |    data, clone flags}        | clone(NEWUSER|NEWNS|NEWPID|...) -> |
 //	   | <-- init-started {pid} ----- |                                    |
 //	   | -- start-init {plan, ..., wait-go} ---------------------------------> |
-//	   |                              | TUN links, routes, filter          | mounts, ...
-//	   | <== fd: TUN links (tag 't') = |                                    |
+//	   |                              | child driver's Setup(data):        | mounts, ...
+//	   |                              |   TUN links, routes, filter        |
 //	   | <------ warning {text} ----- |                                    |
-//	   | <------ routes-locked ------ |                                    |
+//	   | <== fds (tag 'n') ========== |                                    |
+//	   | <-- net-ready {files, reply} |                                    |
 //	   | <------------------------------------------------------ hello ------ |
-//	   | attach the userstack                                               |
+//	   | Jail.Attach(fds, reply)                                            |
 //	   | -- go -------------------------------------------------------------> |
 //	   | <------------------------------------------------ started {pid} --- |
-//	   | -- policy-update {routes} -> |  (the live policy, any time after)
-//	   | <-- policy-applied {error} - |
 //
 // Either stage may send warning {text} at any point before its last
 // message, and error {text, code} instead of any message it owes: the
@@ -61,7 +60,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/plan"
-	"github.com/claude-sandbox/claude-sandbox/routes"
 )
 
 // stageMarker is argv[0] of a re-executed stage. It only says "look at fd
@@ -81,7 +79,7 @@ const initChanFD = 5
 
 // fd-channel tags: which descriptor is arriving.
 const (
-	fdTagTUN = 't'
+	fdTagNet = 'n' // the jail's child driver's (TUN links, sockets)
 	fdTagPTY = 'p'
 )
 
@@ -89,18 +87,16 @@ const (
 type msgKind string
 
 const (
-	msgHello         msgKind = "hello"          // stage -> parent, first: no body
-	msgStartInit     msgKind = "start-init"     // -> init: startInit
-	msgStartHolder   msgKind = "start-holder"   // launcher -> holder: startHolder
-	msgWarning       msgKind = "warning"        // stage -> launcher: warning
-	msgError         msgKind = "error"          // stage -> launcher: stageFailure
-	msgInitStarted   msgKind = "init-started"   // holder -> launcher: pidMsg
-	msgRoutesLocked  msgKind = "routes-locked"  // holder -> launcher: no body
-	msgGo            msgKind = "go"             // launcher -> init: no body
-	msgStarted       msgKind = "started"        // init -> launcher: pidMsg
-	msgSignal        msgKind = "signal"         // launcher -> init: signalMsg
-	msgPolicyUpdate  msgKind = "policy-update"  // launcher -> holder: policyUpdate
-	msgPolicyApplied msgKind = "policy-applied" // holder -> launcher: policyApplied
+	msgHello       msgKind = "hello"        // stage -> parent, first: no body
+	msgStartInit   msgKind = "start-init"   // -> init: startInit
+	msgStartHolder msgKind = "start-holder" // launcher -> holder: startHolder
+	msgWarning     msgKind = "warning"      // stage -> launcher: warning
+	msgError       msgKind = "error"        // stage -> launcher: stageFailure
+	msgInitStarted msgKind = "init-started" // holder -> launcher: pidMsg
+	msgNetReady    msgKind = "net-ready"    // holder -> launcher: netReady
+	msgGo          msgKind = "go"           // launcher -> init: no body
+	msgStarted     msgKind = "started"      // init -> launcher: pidMsg
+	msgSignal      msgKind = "signal"       // launcher -> init: signalMsg
 )
 
 // startInit is init's start: the plan and how its stdio is set up.
@@ -117,12 +113,20 @@ type startInit struct {
 	WaitGo bool `json:"waitGo,omitempty"`
 }
 
-// startHolder is the holder's start: the jail's route plan, the TUN links
-// to create, and the clone flags for init.
+// startHolder is the holder's start: the jail's child driver (see
+// netdriver.go) and its opaque data, and the clone flags for init.
 type startHolder struct {
-	Routes    routes.Plan `json:"routes"`
-	Devices   []TUN       `json:"devices"`
-	CloneInit uintptr     `json:"cloneInit"`
+	Driver    string  `json:"driver"`
+	Data      []byte  `json:"data"`
+	CloneInit uintptr `json:"cloneInit"`
+}
+
+// netReady says the child driver has set the jail's namespace up: Files
+// descriptors (tagged fdTagNet) were sent before it, and Reply is its
+// opaque data for the Jail's Attach.
+type netReady struct {
+	Files int    `json:"files"`
+	Reply []byte `json:"reply,omitempty"`
 }
 
 // warning is a degraded-but-allowed condition, for the user.
@@ -155,17 +159,6 @@ type pidMsg struct {
 // signalMsg asks init to send Signal to the command.
 type signalMsg struct {
 	Signal int `json:"signal"`
-}
-
-// policyUpdate is a new route plan for the running jail.
-type policyUpdate struct {
-	Routes routes.Plan `json:"routes"`
-}
-
-// policyApplied answers a policyUpdate: Error is empty when the plan is
-// in force.
-type policyApplied struct {
-	Error string `json:"error,omitempty"`
 }
 
 // envelope is a message on the wire.

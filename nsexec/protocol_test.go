@@ -34,7 +34,7 @@ func TestExpectTakesWarningsOnTheWay(t *testing.T) {
 
 func TestExpectFailsOnAnythingElse(t *testing.T) {
 	for name, send := range map[string]func(*channel){
-		"other kind":    func(c *channel) { _ = c.send(msgRoutesLocked, nil) },
+		"other kind":    func(c *channel) { _ = c.send(msgNetReady, netReady{}) },
 		"unknown field": func(c *channel) { _ = c.send(msgStarted, map[string]int{"pid": 1, "extra": 2}) },
 		"body where none is due": func(c *channel) {
 			_ = c.send(msgHello, pidMsg{PID: 1})
