@@ -5,32 +5,33 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// The holder stage owns the egress jail's network namespace. It is started
-// by the launcher in a new user + network namespace, so the namespace and
-// its routes belong to the holder's user namespace: the sandbox's init is
-// started in a *nested* user namespace, where even a process with every
-// capability cannot change them.
+// The holder stage creates the egress jail's network namespace. It is
+// started by the launcher in a new user + network namespace, so the
+// namespace and its routes belong to the holder's user namespace: the
+// sandbox's init is started in a *nested* user namespace, where even a
+// process with every capability cannot change them.
 //
-//	launcher --clone(NEWUSER|NEWNET)--> holder --clone(NEWUSER|NEWNS|...)--> init
+//	launcher --clone(NEWUSER|NEWNET)--> holder
+//	launcher <-clone(CLONE_PARENT|NEWUSER|NEWNS|...)-- holder: init
 //
 // Order (each step must succeed, or the launch stops):
-//  1. start init in the nested namespaces, with the launcher's channels:
-//     it builds the filesystem view meanwhile, but does not start the
-//     command until the launcher says "go";
+//  1. start init in the nested namespaces, as the launcher's child, with
+//     the launcher's channels: it builds the filesystem view meanwhile,
+//     but does not start the command until the launcher says "go";
 //  2. run the jail's child driver (netdriver.go) in the new namespace,
 //     pass its descriptors to the launcher and report "net-ready";
-//  3. exit with init's status (the signals that would end it are
-//     ignored).
+//  3. exit. The namespaces live on with init, the launcher keeps the
+//     descriptors (among them netlink sockets of the jail's namespace,
+//     for its live policy).
 //
 // The launcher sends init "go" only after the driver is done and the jail
 // attached, so the command never runs in a half-built jail; if the holder
-// fails, init dies with it (parent-death signal).
+// fails, it kills init first.
 
 func runHolder(ch *channel, start startHolder) int {
 	return reportStage(ch)(holder(ch, start))
@@ -46,19 +47,15 @@ func holder(ch *channel, start startHolder) (code int, err error) {
 	}
 	// init starts at once and builds the sandbox's filesystem while the
 	// jail is set up here; it starts the command only when the launcher
-	// says go, after the driver is done and the jail attached.
-	// The signals that would end a Go program are ignored: init drops
-	// the ones sent to it directly (see catchAll; the launcher passes
-	// the command its signals over init's channel), so forwarding them
-	// to init did nothing but keep the holder alive, at the cost of a
-	// thread parked for the runtime's signal loop. init inherits the
-	// ignored dispositions across exec; the Go runtime keeps only an
-	// inherited SIGHUP and SIGINT ignored, and init catches both again
-	// (catchAll), so the command gets the defaults (tested).
-	signal.Ignore(unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
+	// says go, after the driver is done and the jail attached. It is
+	// started as the launcher's child (CLONE_PARENT), not ours: so its
+	// parent-death signal follows the launcher, the launcher reaps it,
+	// and this stage can exit once the jail's namespace is built. (The
+	// namespaces it is created in are ours all the same: its user
+	// namespace is nested below the jail's.)
 	initChan := os.NewFile(initChanFD, "init-channel")
 	fdChan := os.NewFile(ptyFD, "fd-channel")
-	cmd, err := stageCommand(start.CloneInit, os.Getuid(), os.Getgid(), []*os.File{initChan, fdChan}, os.Stdin, os.Stdout, os.Stderr)
+	cmd, err := stageCommand(start.CloneInit|unix.CLONE_PARENT, os.Getuid(), os.Getgid(), []*os.File{initChan, fdChan}, os.Stdin, os.Stdout, os.Stderr)
 	if err != nil {
 		return 0, err
 	}
@@ -66,11 +63,10 @@ func holder(ch *channel, start startHolder) (code int, err error) {
 		return 0, explainCloneError(err)
 	}
 	// If the jail cannot be completed, init goes first: it may not have
-	// armed its parent-death signal yet, and must not outlive us.
+	// armed its parent-death signal yet. (The launcher reaps it.)
 	defer func() {
 		if err != nil {
 			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
 		}
 	}()
 	initChan.Close()
@@ -93,9 +89,9 @@ func holder(ch *channel, start startHolder) (code int, err error) {
 	if err := ch.send(msgNetReady, netReady{Files: len(files), Reply: reply}); err != nil {
 		return 0, err
 	}
-	settle()
-	_ = cmd.Wait()
-	return exitCode(cmd.ProcessState), nil
+	// Done: the launcher holds the jail's descriptors, init runs as its
+	// child. Nothing of the holder is left for the sandbox's life.
+	return 0, nil
 }
 
 // stageEnv is the stages' whole environment (the command's own comes in

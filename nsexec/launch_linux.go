@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,9 +95,14 @@ type launch struct {
 	sendMu     sync.Mutex // init's channel: the supervisor and Signal send on it
 	mu         sync.Mutex // cmd, initPID and cancelErr, against kill
 	initPID    int        // init's pid in this process's PID namespace
-	initFD     int        // a pidfd of init when it is not our child, else -1
-	cancelErr  error      // set by kill: the start is abandoned
-	startedPID int        // the command's pid inside, from init
+	initFD     int        // with the jail: a pidfd of init, else -1
+	initChan   uint64     // with the jail: the inode of init's end of its channel
+	holderDone chan struct{}
+	waited     bool
+	status     int    // init's exit status, once waited for
+	statusText string // how init ended, for messages
+	cancelErr  error  // set by kill: the start is abandoned
+	startedPID int    // the command's pid inside, from init
 }
 
 // receive returns the next descriptor tagged tag from the fd channel; the
@@ -285,7 +291,12 @@ func (l *launch) stageFailed(err error, ended string) (int, error) {
 	}
 	var f *stageFailure
 	if errors.As(err, &f) {
-		_ = l.cmd.Wait()
+		if l.p.Net == plan.NetJail {
+			// The holder exits once set up, init when it failed; the
+			// other stage must not live on.
+			l.killStages()
+		}
+		l.wait()
 		if cerr := l.cancelled(); cerr != nil {
 			return ExitSetup, cerr
 		}
@@ -295,11 +306,14 @@ func (l *launch) stageFailed(err error, ended string) (int, error) {
 	if errors.As(err, &pe) {
 		return l.abort(err)
 	}
-	_ = l.cmd.Wait()
+	if l.p.Net == plan.NetJail {
+		l.killStages()
+	}
+	l.wait()
 	if cerr := l.cancelled(); cerr != nil {
 		return ExitSetup, cerr
 	}
-	return ExitSetup, fmt.Errorf("%s (%v)", ended, l.cmd.ProcessState)
+	return ExitSetup, fmt.Errorf("%s (%s)", ended, l.statusText)
 }
 
 // startStage starts the launcher's direct child stage (init, or the
@@ -333,14 +347,14 @@ func (l *launch) startStage(flags uintptr, extra ...*os.File) error {
 	return nil
 }
 
-// setInit records init's pid; when init is not this process's child (the
-// holder started it), a pidfd of it too, so that the end of the run can
-// wait for init, and with it every process of the sandbox, to be gone.
-func (l *launch) setInit(pid int, grandchild bool) {
+// setInit records init's pid; when the holder started it (init is then
+// this process's child all the same, see holder), a pidfd of it too, to
+// kill it by.
+func (l *launch) setInit(pid int, jailed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.initPID = pid
-	if grandchild && l.initFD < 0 {
+	if jailed && l.initFD < 0 {
 		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
 			l.initFD = fd
 		}
@@ -350,23 +364,118 @@ func (l *launch) setInit(pid int, grandchild bool) {
 	}
 }
 
-// kill ends the sandbox at once, whatever stage it is in. With the jail,
-// once init is known, only init is killed: the holder reaps it and exits
-// with its status, so no zombie is left to the host's init. Before that,
-// the launcher's child goes (a holder's death kills init too, by its
-// parent-death signal). A start still under way fails with err.
+// kill ends the sandbox at once, whatever stage it is in: init (every
+// process of the sandbox dies with it) and, with the jail, the holder if
+// it is still setting up. A start still under way fails with err.
 func (l *launch) kill(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cancelErr == nil {
 		l.cancelErr = err
 	}
-	if l.initFD >= 0 && unix.PidfdSendSignal(l.initFD, unix.SIGKILL, nil, 0) == nil {
-		return
+	l.killStagesLocked()
+}
+
+// killStages kills the stages without cancelling the start.
+func (l *launch) killStages() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.killStagesLocked()
+}
+
+func (l *launch) killStagesLocked() {
+	if l.initFD >= 0 {
+		_ = unix.PidfdSendSignal(l.initFD, unix.SIGKILL, nil, 0)
 	}
 	if l.cmd != nil && l.cmd.Process != nil {
 		_ = l.cmd.Process.Kill()
 	}
+}
+
+// wait reaps the stages once they end and returns init's exit status.
+// Without the jail init is the launcher's child stage. With it the holder
+// is, and init is a child of the launcher too (the holder starts it with
+// CLONE_PARENT and exits after setup): both are reaped, so no zombie is
+// left to the host's init; reaping init means every process of the
+// sandbox is gone (the kernel empties a PID namespace before its init's
+// exit completes).
+func (l *launch) wait() int {
+	if l.waited {
+		return l.status
+	}
+	l.waited = true
+	if l.p.Net != plan.NetJail {
+		_ = l.cmd.Wait()
+		l.status, l.statusText = exitCode(l.cmd.ProcessState), fmt.Sprint(l.cmd.ProcessState)
+		return l.status
+	}
+	if l.holderDone != nil {
+		<-l.holderDone
+	} else {
+		_ = l.cmd.Wait()
+	}
+	l.mu.Lock()
+	pid := l.initPID
+	l.mu.Unlock()
+	if pid == 0 {
+		// The holder died before it could say init's pid (killed right
+		// after starting it): init, if it started, is our child all
+		// the same and must not be left behind.
+		if pid = l.findInit(); pid == 0 {
+			l.status, l.statusText = exitCode(l.cmd.ProcessState), "holder "+fmt.Sprint(l.cmd.ProcessState)
+			return l.status
+		}
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	awaitExit(pid)
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err != unix.EINTR {
+			if err != nil {
+				l.status, l.statusText = ExitSetup, fmt.Sprintf("init not reaped: %v", err)
+				return l.status
+			}
+			break
+		}
+	}
+	l.status = statusCode(ws)
+	l.statusText = fmt.Sprintf("exit status %d", ws.ExitStatus())
+	if ws.Signaled() {
+		l.statusText = "signal: " + ws.Signal().String()
+	}
+	return l.status
+}
+
+// findInit returns the pid of this launch's init among this process's
+// children (the one holding init's end of its channel), or 0.
+func (l *launch) findInit() int {
+	if l.initChan == 0 {
+		return 0
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	want := fmt.Sprintf("socket:[%d]", l.initChan)
+	self := os.Getpid()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		if ppid, _ := statusPids(string(b)); ppid != self {
+			continue
+		}
+		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, stageFD)); err == nil && link == want {
+			return pid
+		}
+	}
+	return 0
 }
 
 // cancelled returns the error kill was given, if it was called.
@@ -388,15 +497,15 @@ func (l *launch) awaitHello(ch *channel) error {
 	var late atomic.Bool
 	t := time.AfterFunc(helloTimeout, func() {
 		late.Store(true)
-		_ = l.cmd.Process.Kill()
+		l.killStages()
 	})
 	err := ch.expect(msgHello, nil)
 	t.Stop()
 	if err == nil {
 		return nil
 	}
-	_ = l.cmd.Process.Kill()
-	_ = l.cmd.Wait()
+	l.killStages()
+	l.wait()
 	if err := l.cancelled(); err != nil {
 		return err
 	}
@@ -404,7 +513,7 @@ func (l *launch) awaitHello(ch *channel) error {
 	if exe == "" {
 		exe = "this program"
 	}
-	how := fmt.Sprintf("it ended (%v) without a word", l.cmd.ProcessState)
+	how := fmt.Sprintf("it ended (%s) without a word", l.statusText)
 	var f *stageFailure
 	var pe *protocolError
 	switch {
@@ -431,6 +540,12 @@ func (l *launch) startHolder() (int, error) {
 	}
 	l.holderParent = holderParent
 	defer holderChild.Close()
+	// init's end of its channel names init among our children, should
+	// the holder die before it says init's pid (see wait).
+	var st unix.Stat_t
+	if unix.Fstat(int(l.initChild.Fd()), &st) == nil {
+		l.initChan = st.Ino
+	}
 	// fds: 3 holder channel, 4 fd channel, 5 init's channel (initChanFD).
 	if err := l.startStage(unix.CLONE_NEWUSER|unix.CLONE_NEWNET, holderChild, l.fdChild, l.initChild); err != nil {
 		return ExitSetup, err
@@ -464,6 +579,15 @@ func (l *launch) completeJail() (int, error) {
 	if err := l.hch.expect(msgNetReady, &ready); err != nil {
 		return l.stageFailed(err, "egress jail: the holder ended while setting up the jail's network")
 	}
+	// The holder's work is done: it exits now. Reaped in the background
+	// (its wait parks in the poller, not on a thread).
+	holder := l.cmd
+	l.holderDone = make(chan struct{})
+	go func() {
+		defer close(l.holderDone)
+		awaitExit(holder.Process.Pid)
+		_ = holder.Wait()
+	}()
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -492,8 +616,8 @@ func (l *launch) abort(err error) (int, error) {
 		l.initParent = nil
 	}
 	if l.cmd != nil && l.cmd.Process != nil {
-		_ = l.cmd.Process.Kill()
-		_ = l.cmd.Wait()
+		l.killStages()
+		l.wait()
 	}
 	if cerr := l.cancelled(); cerr != nil {
 		return ExitSetup, cerr
@@ -537,17 +661,15 @@ func (l *launch) supervise(sigs chan os.Signal) (int, error) {
 				mu.Lock()
 				stackErr = err
 				mu.Unlock()
-				_ = l.cmd.Process.Kill()
+				l.killStages()
 				failed = nil
 			case <-done:
 				return
 			}
 		}
 	}()
-	awaitExit(l.cmd.Process.Pid)
-	werr := l.cmd.Wait()
+	code := l.wait()
 	close(done)
-	l.waitInitGone()
 	relay.Wait() // the pty's output, to its last byte
 	if l.term != nil {
 		l.term.restore()
@@ -558,12 +680,9 @@ func (l *launch) supervise(sigs chan os.Signal) (int, error) {
 		return ExitSetup, fmt.Errorf("egress jail: the userstack failed (%v); the sandbox was stopped", stackErr)
 	}
 	if cerr := l.cancelled(); cerr != nil {
-		return exitCode(l.cmd.ProcessState), cerr
+		return code, cerr
 	}
-	if l.cmd.ProcessState == nil {
-		return ExitSetup, werr
-	}
-	return exitCode(l.cmd.ProcessState), nil
+	return code, nil
 }
 
 // awaitExit returns once the child pid has ended (it stays to be reaped).

@@ -112,8 +112,7 @@ func Start(ctx context.Context, p *plan.Plan, o Options) (*Process, error) {
 		// before the command existed; the run ends at once.
 		err = l.cancelled()
 		if err != nil {
-			_ = l.cmd.Wait()
-			l.waitInitGone()
+			l.wait()
 			code = ExitSetup
 		}
 	}
@@ -214,27 +213,6 @@ func (l *launch) sendInit(kind msgKind, body any) error {
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
 	return l.ich.send(kind, body)
-}
-
-// waitInitGone waits until init has exited when it is not this process's
-// child (the holder started it): a killed holder takes init with it
-// through its parent-death signal, but not synchronously. When init has
-// exited, so has every process of its PID namespace (the kernel empties
-// the namespace before init's exit completes).
-func (l *launch) waitInitGone() {
-	l.mu.Lock()
-	fd := l.initFD
-	l.mu.Unlock()
-	if fd < 0 {
-		return
-	}
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		_, err := unix.Poll(fds, -1)
-		if err != unix.EINTR {
-			return
-		}
-	}
 }
 
 // findChild returns the pid (in this PID namespace) of the child of

@@ -23,25 +23,30 @@ package nsexec
 //	   | --- signal {signal} ------------------------> |  kill(command, signal)
 //	   |            ... until the command ends; init exits with its status
 //
-// With the egress jail (--net=jail), the holder owns the jail's user and
-// network namespaces and init is started in namespaces nested below them:
+// With the egress jail (--net=jail), the holder creates the jail's user
+// and network namespaces and starts init in namespaces nested below them,
+// as the launcher's child (CLONE_PARENT); once its child driver has built
+// the jail's network it hands over the driver's descriptors and exits:
 //
 //	launcher                      holder                             init
 //	   | clone(NEWUSER|NEWNET) -----> |
 //	   | <------------- hello ------- |
 //	   | -- start-holder {driver, --> |
-//	   |    data, clone flags}        | clone(NEWUSER|NEWNS|NEWPID|...) -> |
+//	   |    data, clone flags}        | clone(PARENT|NEWUSER|NEWNS|...) -> |
 //	   | <-- init-started {pid} ----- |                                    |
 //	   | -- start-init {plan, ..., wait-go} ---------------------------------> |
 //	   |                              | child driver's Setup(data):        | mounts, ...
-//	   |                              |   TUN links, routes, filter        |
+//	   |                              |   TUN links, routes, filter,       |
+//	   |                              |   netlink sockets                  |
 //	   | <------ warning {text} ----- |                                    |
 //	   | <== fds (tag 'n') ========== |                                    |
 //	   | <-- net-ready {files, reply} |                                    |
+//	   | reaps the holder            exit 0                                |
 //	   | <------------------------------------------------------ hello ------ |
 //	   | Jail.Attach(fds, reply)                                            |
 //	   | -- go -------------------------------------------------------------> |
 //	   | <------------------------------------------------ started {pid} --- |
+//	   |            ... then as without the jail: pty, signals, status
 //
 // Either stage may send warning {text} at any point before its last
 // message, and error {text, code} instead of any message it owes: the
