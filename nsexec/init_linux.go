@@ -64,17 +64,8 @@ func runStage() int {
 		if err := ch.decode(m, &start); err != nil {
 			return reportStage(ch)(0, err)
 		}
-		// Catch SIGCHLD and the forwarded signals before the command
-		// exists, so none is lost; and every other signal, which init
-		// ignores (see catchAll). Done before the thread is locked: the
-		// runtime's signal machinery starts goroutines (one of them
-		// locked to a thread of its own), and each hand-over between
-		// them and a locked main goroutine can leave one more idle
-		// thread behind for the sandbox's life.
-		sigs := make(chan os.Signal, 64)
-		catchAll(sigs)
 		runtime.LockOSThread()
-		return runInit(ch, start, sigs)
+		return runInit(ch, start)
 	case msgStartHolder:
 		var start startHolder
 		if err := ch.decode(m, &start); err != nil {
@@ -100,8 +91,8 @@ func fail(code int, format string, a ...any) error {
 }
 
 // runInit is PID 1 of the sandbox. It never returns while the command runs.
-func runInit(ch *channel, start startInit, sigs chan os.Signal) int {
-	return reportStage(ch)(initSandbox(ch, start, sigs))
+func runInit(ch *channel, start startInit) int {
+	return reportStage(ch)(initSandbox(ch, start))
 }
 
 // reportStage returns a function that turns a stage's result into its exit
@@ -118,7 +109,7 @@ func reportStage(ch *channel) func(int, error) int {
 	}
 }
 
-func initSandbox(ch *channel, start startInit, sigs chan os.Signal) (int, error) {
+func initSandbox(ch *channel, start startInit) (int, error) {
 	// If the launcher dies, so do we, and with PID 1 gone the kernel kills
 	// every process of the namespace. Set before anything else; the
 	// channel watch below covers a launcher that died before this line.
@@ -235,9 +226,12 @@ func initSandbox(ch *channel, start startInit, sigs chan os.Signal) (int, error)
 	if err := ch.send(msgStarted, pidMsg{PID: target}); err != nil {
 		return 0, fmt.Errorf("report start: %w", err)
 	}
+	// From now on the signals that would end init are ignored (see
+	// dropSignals); the command, started above, has its defaults.
+	dropSignals()
 	go relayLauncher(ch, target)
 	settle()
-	return reap(target, sigs), nil
+	return reap(target), nil
 }
 
 // settle gives back what a stage's setup left behind once the stage has
@@ -269,28 +263,25 @@ func relayLauncher(ch *channel, target int) {
 	}
 }
 
-// reap forwards signals to the command and reaps every child (orphans in
-// the namespace are re-parented to us) until the command itself exits.
-func reap(target int, sigs <-chan os.Signal) int {
-	for sig := range sigs {
-		if sig != unix.SIGCHLD {
-			continue // see catchAll: forwarding comes over the channel
+// reap reaps every child (orphans in the namespace are re-parented to
+// us) until the command itself exits, and returns its status. It waits
+// in wait4 on init's main thread, which has nothing else to do: no
+// signal handling machinery (which would keep two more threads) is
+// needed to learn of a child's end.
+func reap(target int) int {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
 		}
-		for {
-			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-			if err == unix.EINTR {
-				continue
-			}
-			if pid <= 0 || err != nil {
-				break
-			}
-			if pid == target {
-				return statusCode(ws)
-			}
+		if err != nil {
+			return ExitSetup
+		}
+		if pid == target {
+			return statusCode(ws)
 		}
 	}
-	return ExitSetup
 }
 
 func statusCode(ws unix.WaitStatus) int {

@@ -654,7 +654,7 @@ func (l *launch) supervise(sigs chan os.Signal) (int, error) {
 					continue
 				}
 				// Over init's channel, not kill(): init drops the
-				// signals it is sent directly (see catchAll).
+				// signals it is sent directly (see dropSignals).
 				_ = l.sendInit(msgSignal, signalMsg{Signal: int(s.(unix.Signal))})
 			case err := <-failed:
 				// Fail closed: without its stack the jail must not live on.
