@@ -250,11 +250,13 @@ func (j *Jail) Close() {
 		ns := j.ns
 		j.mu.Unlock()
 		if ns != nil {
-			// After an update under way; the namespace goes with the
-			// last reference to it (these sockets, the TUN links).
-			j.upd.Lock()
+			// After the netlink call under way, if any (not after a
+			// whole refresh: the host's network is re-read once the
+			// jail attaches, and a short sandbox would wait for it);
+			// a refresh still going fails on the closed sockets and
+			// stops (closed). The namespace goes with the last
+			// reference to it (these sockets, the TUN links).
 			ns.Close()
-			j.upd.Unlock()
 		}
 		if j.opts.Summary != nil {
 			j.mu.Lock()
