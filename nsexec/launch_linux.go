@@ -405,6 +405,7 @@ func (l *launch) wait() int {
 	}
 	l.waited = true
 	if l.p.Net != plan.NetJail {
+		awaitExit(l.cmd.Process.Pid) // in the poller, not on a thread
 		_ = l.cmd.Wait()
 		l.status, l.statusText = exitCode(l.cmd.ProcessState), fmt.Sprint(l.cmd.ProcessState)
 		return l.status
