@@ -240,8 +240,8 @@ func percentile(ds []time.Duration, q float64) float64 {
 // sandboxes with slirp4netns, both in a lab network namespace of the
 // benchmark's own (no packet is sent). It reports, for each kind, the
 // proportional (PSS) and proportional anonymous memory and the threads of
-// all the processes of one sandbox except the command (launcher, holder
-// and init; bwrap's two processes and slirp4netns), and the p50 and p99
+// all the processes of one sandbox except the command (launcher and
+// init; bwrap's two processes and slirp4netns), and the p50 and p99
 // of b.N further launches of /bin/true with both sets running,
 // interleaved. Figures only, no assertion.
 func BenchmarkManySandboxes(b *testing.B) {

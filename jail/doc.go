@@ -4,11 +4,14 @@
 // and, at run time, the gVisor userstack that serves the TUN device
 // (package userstack). [Prepare] is pure: given [HostFacts] it decides
 // every address and rule, so the whole jail can be printed and tested
-// without privileges. [Jail] is the running half the engine attaches; once
-// attached it follows the host's network ([Jail.Live]): each change of the
-// host's links, addresses, routes or rules rebuilds the policy, swapped
-// into the userstack and applied to the kernel layer by the holder, and a
-// failure to follow fails closed.
+// without privileges. The jail is the engine's network driver
+// (driver_linux.go): its child half builds the jail's namespace inside the
+// engine's holder stage (TUN links, routes, filter) and passes back the
+// links and two netlink sockets opened there; [Jail], the launcher's half,
+// serves them. Once attached it follows the host's network: each change of
+// the host's links, addresses, routes or rules rebuilds the policy,
+// swapped into the userstack and applied to the kernel layer through those
+// sockets, and a failure to follow fails closed.
 //
 // What it does not do: create namespaces or devices (package nsexec), or
 // enforce anything itself: the routes and the stack do, each on its own.

@@ -152,16 +152,19 @@ func hasIPv6Default() bool {
 	return false
 }
 
-// dupNonblock duplicates f as a non-blocking descriptor, for the sink:
-// its reads go through Go's poller, so Close interrupts a pending Read.
-func dupNonblock(f *os.File) (*os.File, error) {
+// dupFile duplicates f (close-on-exec); nonblock makes the copy
+// non-blocking, for the sink: its reads go through Go's poller, so Close
+// interrupts a pending Read.
+func dupFile(f *os.File, nonblock bool) (*os.File, error) {
 	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
-		return nil, err
+	if nonblock {
+		if err := unix.SetNonblock(fd, true); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
 	}
-	return os.NewFile(uintptr(fd), "tun"), nil
+	return os.NewFile(uintptr(fd), f.Name()), nil
 }

@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/netip"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
-	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/routes"
 	"github.com/claude-sandbox/claude-sandbox/userstack"
 )
@@ -71,8 +71,8 @@ type Jail struct {
 	once   sync.Once
 
 	// The live policy (live_linux.go).
-	upd          sync.Mutex // one refresh at a time
-	apply        func(routes.Plan) error
+	upd          sync.Mutex   // one refresh at a time
+	ns           *routes.Conn // the jail namespace's kernel layer
 	lastPlan     routes.Plan
 	nat64        []netip.Prefix
 	watchSock    *os.File
@@ -89,13 +89,7 @@ func New(setup *Setup, opts Options) *Jail {
 	return j
 }
 
-// Devices are the TUN links the engine creates: the egress device, then
-// the sink for blocked ranges.
-func (j *Jail) Devices() []nsexec.TUN {
-	return []nsexec.TUN{{Name: TUN, Offload: true}, {Name: SinkDevice}}
-}
-
-// Routes is the plan the engine applies in the jail's namespace.
+// Routes is the plan the child driver applies in the jail's namespace.
 func (j *Jail) Routes() routes.Plan { return j.setup.Routes }
 
 // Failed delivers a fatal error of the stack.
@@ -108,20 +102,46 @@ func (j *Jail) fail(err error) {
 	}
 }
 
-// Attach builds the userstack on the egress device and starts the sink's
-// reader.
-func (j *Jail) Attach(devs []*os.File) error {
-	if len(devs) != 2 {
-		return fmt.Errorf("want the egress and sink devices, got %d", len(devs))
+// Attach builds the userstack on the egress device, starts the sink's
+// reader and the live policy, from what the child driver passed: the
+// devices, the jail namespace's netlink sockets and the links' indexes.
+func (j *Jail) Attach(files []*os.File, reply []byte) error {
+	if err := j.attach(files, reply); err != nil {
+		return fmt.Errorf("the userstack cannot attach to the TUN device: %w; %s", err, tunFixes)
+	}
+	j.startLive()
+	return nil
+}
+
+func (j *Jail) attach(files []*os.File, reply []byte) error {
+	if len(files) != childFiles {
+		return fmt.Errorf("want %d descriptors from the child driver, got %d", childFiles, len(files))
+	}
+	var r childReply
+	if err := json.Unmarshal(reply, &r); err != nil {
+		return fmt.Errorf("the child driver's reply: %w", err)
 	}
 	// The engine closes its copies after Attach: keep our own (NewTUN
 	// keeps its own of the egress device).
-	sinkDev, err := dupNonblock(devs[1])
+	var socks routes.Sockets
+	var err error
+	if socks.Route, err = dupFile(files[fileRoute], false); err != nil {
+		return err
+	}
+	if socks.Netfilter, err = dupFile(files[fileNetfilter], false); err != nil {
+		socks.Route.Close()
+		return err
+	}
+	socks.Links = r.Links
+	conn := routes.NewConn(socks)
+	sinkDev, err := dupFile(files[fileSink], true)
 	if err != nil {
+		conn.Close()
 		return err
 	}
 	j.sink = sinkDev
-	ep := userstack.NewTUN(devs[0], uint32(routes.DefaultMTU), nsexec.VnetHdrLen, func(err error) {
+	devs := files[:fileSink+1]
+	ep := userstack.NewTUN(devs[0], uint32(routes.DefaultMTU), vnetHdrLen, func(err error) {
 		j.fail(fmt.Errorf("TUN device: %v", err))
 	})
 	pol := j.setup.Policy
@@ -157,10 +177,12 @@ func (j *Jail) Attach(devs []*os.File) error {
 	if err != nil {
 		ep.Close()
 		sinkDev.Close()
+		conn.Close()
 		return err
 	}
 	j.mu.Lock()
 	j.stack = st
+	j.ns = conn
 	j.mu.Unlock()
 	sk := &sink{dev: sinkDev, pol: j.setup.Policy, record: j.record}
 	go sk.run()
@@ -226,7 +248,17 @@ func (j *Jail) Close() {
 		if j.watchSock != nil {
 			j.watchSock.Close()
 		}
+		ns := j.ns
 		j.mu.Unlock()
+		if ns != nil {
+			// After the netlink call under way, if any (not after a
+			// whole refresh: the host's network is re-read once the
+			// jail attaches, and a short sandbox would wait for it);
+			// a refresh still going fails on the closed sockets and
+			// stops (closed). The namespace goes with the last
+			// reference to it (these sockets, the TUN links).
+			ns.Close()
+		}
 		if j.opts.Summary != nil {
 			j.mu.Lock()
 			sum := j.tally.Summary(5)

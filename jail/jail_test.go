@@ -23,7 +23,9 @@ func TestAttachRefusesUnusableEgressDevice(t *testing.T) {
 	}
 	defer sink.Close()
 	j := New(&Setup{Policy: netpolicy.MustNew(netpolicy.Config{}), Gateway: netip.MustParseAddr("192.0.2.1")}, Options{})
-	if err := j.Attach([]*os.File{egress, sink}); err == nil || !strings.Contains(err.Error(), "TUN") {
+	// The jail namespace's sockets: any descriptor will do here.
+	files := []*os.File{egress, sink, sink, sink}
+	if err := j.Attach(files, []byte(`{"links":{}}`)); err == nil || !strings.Contains(err.Error(), "TUN") {
 		j.Close()
 		t.Fatalf("Attach with a closed egress device: %v, want it refused", err)
 	}

@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
-	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/routes"
 )
 
@@ -30,12 +29,10 @@ import (
 const watchGroups = unix.RTMGRP_LINK | unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR |
 	unix.RTMGRP_IPV4_ROUTE | unix.RTMGRP_IPV6_ROUTE | 1<<(unix.RTNLGRP_IPV4_RULE-1) | 1<<(unix.RTNLGRP_IPV6_RULE-1)
 
-// Live starts following the host's network; the engine calls it once the
-// stack is attached (nsexec.LiveJail). apply installs a route plan in the
-// jail's namespace.
-func (j *Jail) Live(apply func(routes.Plan) error) {
+// startLive starts following the host's network, once the stack is
+// attached.
+func (j *Jail) startLive() {
 	j.mu.Lock()
-	j.apply = apply
 	j.lastPlan = j.setup.Routes
 	j.mu.Unlock()
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_ROUTE)
@@ -187,7 +184,7 @@ func (j *Jail) refresh(reasons []string) {
 		rp = j.opts.RoutePlan(rp)
 	}
 	if err := j.apply(rp); err != nil {
-		if errors.Is(err, nsexec.ErrHolderGone) {
+		if j.closed.Load() {
 			// The sandbox is ending: nothing is left to protect.
 			j.failedClosed.Store(true)
 			return
@@ -204,6 +201,25 @@ func (j *Jail) refresh(reasons []string) {
 		c.Time, c.Reason = now, reason
 		j.logChange(c)
 	}
+}
+
+// apply moves the jail's namespace from the last plan put in force to
+// rp, through the sockets its child driver opened there (called with
+// j.upd held). A punch that fails is a warning.
+func (j *Jail) apply(rp routes.Plan) error {
+	j.mu.Lock()
+	ns, cur := j.ns, j.lastPlan
+	j.mu.Unlock()
+	if ns == nil {
+		return errors.New("the jail is not attached")
+	}
+	warnings, err := routes.Update(cur, rp, ns)
+	for _, w := range warnings {
+		if j.opts.Warn != nil {
+			j.opts.Warn(fmt.Sprintf("egress jail: %v (that destination stays unreachable)", w))
+		}
+	}
+	return err
 }
 
 func (j *Jail) logChange(c netpolicy.Change) {
@@ -241,14 +257,14 @@ func (j *Jail) failClosedLocked(cause error) {
 	msg := fmt.Sprintf("egress jail: %v; the jail can no longer follow the host's network, so every new connection is refused from now on (the sandbox keeps running; restart it to restore its network)", cause)
 	j.setup.Policy.Set(netpolicy.FailClosed("fail-closed: " + cause.Error()))
 	j.mu.Lock()
-	apply, last := j.apply, j.lastPlan
+	attached, last := j.ns != nil, j.lastPlan
 	j.mu.Unlock()
-	if apply != nil {
+	if attached {
 		all := routes.Plan{Ops: last.Ops, Filter: &routes.Filter{Dev: TUN, Block: []netpolicy.Range{
 			{From: netip.IPv4Unspecified(), To: netip.AddrFrom4([4]byte{255, 255, 255, 255})},
 			{From: netip.IPv6Unspecified(), To: netip.MustParseAddr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")},
 		}}}
-		_ = apply(all)
+		_ = j.apply(all)
 	}
 	j.logChange(netpolicy.Change{Time: time.Now(), Event: "blocked", Prefix: "0.0.0.0/0 ::/0", Rule: "fail-closed", Reason: cause.Error()})
 	if j.opts.Warn != nil {

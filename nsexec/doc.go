@@ -4,7 +4,8 @@
 // A Go process is multi-threaded, so it cannot unshare a user namespace for
 // itself. nsexec instead re-executes the running binary (/proc/self/exe)
 // with clone flags, in a named stage. The stage's name and inputs travel as
-// typed JSON messages over an inherited socket (fd 3), never through argv or
+// typed JSON messages over an inherited socket (fd 3; protocol.go has the
+// ladder of every message), never through argv or
 // the environment; argv[0] only carries a marker so [Init] can recognise a
 // stage at all.
 //
@@ -33,8 +34,10 @@
 // main instead says nothing, and the launch fails naming the fix.
 //
 // What it does not do: decide what the sandbox contains (that is the plan's
-// builder), or open the network (the egress jail's holder stage slots in
-// between the launcher and init). It needs Linux with unprivileged user
+// builder), or build the network: with the egress jail, a holder stage
+// creates the jail's user and network namespaces between the launcher and
+// init, runs the network driver the program supplies there
+// (netdriver.go), hands its descriptors to the launcher and exits. It needs Linux with unprivileged user
 // namespaces, kernel 5.12 or later (the new mount API), and a binary built
 // with CGO_ENABLED=0 (privileges are dropped on every thread with
 // syscall.AllThreadsSyscall, which cgo binaries cannot use).

@@ -5,88 +5,57 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/claude-sandbox/claude-sandbox/routes"
 )
 
-// The holder stage owns the egress jail's network namespace. It is started
-// by the launcher in a new user + network namespace, so the namespace and
-// its routes belong to the holder's user namespace: the sandbox's init is
-// started in a *nested* user namespace, where even a process with every
-// capability cannot change them.
+// The holder stage creates the egress jail's network namespace. It is
+// started by the launcher in a new user + network namespace, so the
+// namespace and its routes belong to the holder's user namespace: the
+// sandbox's init is started in a *nested* user namespace, where even a
+// process with every capability cannot change them.
 //
-//	launcher --clone(NEWUSER|NEWNET)--> holder --clone(NEWUSER|NEWNS|...)--> init
+//	launcher --clone(NEWUSER|NEWNET)--> holder
+//	launcher <-clone(CLONE_PARENT|NEWUSER|NEWNS|...)-- holder: init
 //
 // Order (each step must succeed, or the launch stops):
-//  1. start init in the nested namespaces, with the launcher's channels:
-//     it builds the filesystem view meanwhile, but does not start the
-//     command until the launcher says "go";
-//  2. open /dev/net/tun, create the jail's TUN links (the egress device and
-//     the sink for blocked ranges), pass their fds to the launcher;
-//  3. apply the route plan: lo up, TUN addressed and up, blocks to the
-//     sink, default route and punches (punch failures are warnings);
-//     report "routes locked";
-//  4. apply the launcher's policy updates, and exit with init's status
-//     (the signals that would end it are ignored).
+//  1. start init in the nested namespaces, as the launcher's child, with
+//     the launcher's channels: it builds the filesystem view meanwhile,
+//     but does not start the command until the launcher says "go";
+//  2. run the jail's child driver (netdriver.go) in the new namespace,
+//     pass its descriptors to the launcher and report "net-ready";
+//  3. exit. The namespaces live on with init, the launcher keeps the
+//     descriptors (among them netlink sockets of the jail's namespace,
+//     for its live policy).
 //
-// The launcher sends init "go" only after the routes are locked and its
-// userstack is attached, so the command never runs in a half-built jail;
-// if the holder fails, init dies with it (parent-death signal).
+// The launcher sends init "go" only after the driver is done and the jail
+// attached, so the command never runs in a half-built jail; if the holder
+// fails, it kills init first.
 
-// initChanFD is where the holder receives the launcher's channel for init;
-// it becomes init's stageFD.
-const initChanFD = 5
-
-// Messages only the holder and launcher exchange.
-const (
-	msgRoutesLocked msgKind = "routes-locked" // holder -> launcher
-	msgGo           msgKind = "go"            // launcher -> init: the jail is ready
-	msgInitStarted  msgKind = "init-started"  // holder -> launcher
-	// launcher -> holder: a new route plan (Routes) for the running jail;
-	// holder -> launcher: msgPolicyApplied, Text the error if it failed.
-	msgPolicyUpdate  msgKind = "policy-update"
-	msgPolicyApplied msgKind = "policy-applied"
-)
-
-// fd-channel tags: which descriptor is arriving.
-const (
-	fdTagTUN = 't'
-	fdTagPTY = 'p'
-)
-
-func runHolder(ch *channel, start message) int {
+func runHolder(ch *channel, start startHolder) int {
 	return reportStage(ch)(holder(ch, start))
 }
 
-func holder(ch *channel, start message) (code int, err error) {
+func holder(ch *channel, start startHolder) (code int, err error) {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("set parent-death signal: %w", err)
 	}
-	if start.Routes == nil {
-		return 0, errors.New("holder started without a route plan")
-	}
-	if len(start.Devices) == 0 {
-		return 0, errors.New("holder started without a TUN device to create")
+	drv := netChild(start.Driver)
+	if drv == nil {
+		return 0, fmt.Errorf("egress jail: this binary has no network driver %q: the stage binary must be built from the same version of claude-sandbox, with package jail linked in", start.Driver)
 	}
 	// init starts at once and builds the sandbox's filesystem while the
 	// jail is set up here; it starts the command only when the launcher
-	// says go, after the routes are locked and the stack attached.
-	// The signals that would end a Go program are ignored: init drops
-	// the ones sent to it directly (see catchAll; the launcher passes
-	// the command its signals over init's channel), so forwarding them
-	// to init did nothing but keep the holder alive, at the cost of a
-	// thread parked for the runtime's signal loop. init inherits the
-	// ignored dispositions across exec; the Go runtime keeps only an
-	// inherited SIGHUP and SIGINT ignored, and init catches both again
-	// (catchAll), so the command gets the defaults (tested).
-	signal.Ignore(unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
+	// says go, after the driver is done and the jail attached. It is
+	// started as the launcher's child (CLONE_PARENT), not ours: so its
+	// parent-death signal follows the launcher, the launcher reaps it,
+	// and this stage can exit once the jail's namespace is built. (The
+	// namespaces it is created in are ours all the same: its user
+	// namespace is nested below the jail's.)
 	initChan := os.NewFile(initChanFD, "init-channel")
 	fdChan := os.NewFile(ptyFD, "fd-channel")
-	cmd, err := stageCommand(start.CloneInit, os.Getuid(), os.Getgid(), []*os.File{initChan, fdChan}, os.Stdin, os.Stdout, os.Stderr)
+	cmd, err := stageCommand(start.CloneInit|unix.CLONE_PARENT, os.Getuid(), os.Getgid(), []*os.File{initChan, fdChan}, os.Stdin, os.Stdout, os.Stderr)
 	if err != nil {
 		return 0, err
 	}
@@ -94,95 +63,35 @@ func holder(ch *channel, start message) (code int, err error) {
 		return 0, explainCloneError(err)
 	}
 	// If the jail cannot be completed, init goes first: it may not have
-	// armed its parent-death signal yet, and must not outlive us.
+	// armed its parent-death signal yet. (The launcher reaps it.)
 	defer func() {
 		if err != nil {
 			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
 		}
 	}()
 	initChan.Close()
-	_ = ch.send(message{Kind: msgInitStarted, PID: cmd.Process.Pid})
-
-	for _, dev := range start.Devices {
-		tun, err := openTUN(dev)
+	if err := ch.send(msgInitStarted, pidMsg{PID: cmd.Process.Pid}); err != nil {
+		return 0, err
+	}
+	warn := func(w string) { _ = ch.send(msgWarning, warning{Text: w}) }
+	files, reply, err := drv.Setup(start.Data, warn)
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range files {
+		err = sendFD(ptyFD, fdTagNet, int(f.Fd()))
+		f.Close()
 		if err != nil {
-			return 0, err
-		}
-		err = sendFD(ptyFD, fdTagTUN, tun)
-		unix.Close(tun)
-		if err != nil {
-			return 0, fmt.Errorf("pass the TUN device to the launcher: %w", err)
+			return 0, fmt.Errorf("egress jail: pass the jail's descriptors to the launcher: %w", err)
 		}
 	}
 	fdChan.Close()
-	nl, err := routes.OpenNetlink()
-	if err != nil {
+	if err := ch.send(msgNetReady, netReady{Files: len(files), Reply: reply}); err != nil {
 		return 0, err
 	}
-	warnings, err := routes.Apply(*start.Routes, nl)
-	for _, w := range warnings {
-		_ = ch.send(message{Kind: msgWarning, Text: fmt.Sprintf("egress jail: %v (that destination stays unreachable)", w)})
-	}
-	if err != nil {
-		nl.Close()
-		return 0, fmt.Errorf("egress jail: %w (the jail is fail-closed; nothing was started)", err)
-	}
-	if f := start.Routes.Filter; f != nil {
-		err := routes.InstallFilter(f)
-		if errors.Is(err, routes.ErrUnrecorded) {
-			_ = ch.send(message{Kind: msgWarning, Text: "egress jail: " + err.Error()})
-			err = nil
-		}
-		if err != nil {
-			nl.Close()
-			return 0, fmt.Errorf("egress jail: %w (the kernel's netfilter (nf_tables) must be available in the jail's network namespace: load the nf_tables module, or use --net=host to run without the jail)", err)
-		}
-	}
-	// Unprivileged ICMP echo (ping sockets) is off in a new namespace;
-	// allow it for the caller's group, so ping works without a raw socket.
-	gid := os.Getgid()
-	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte(fmt.Sprintf("%d %d", gid, gid)), 0); err != nil {
-		_ = ch.send(message{Kind: msgWarning, Text: fmt.Sprintf("egress jail: ping will not work inside (%v)", err)})
-	}
-	if err := ch.send(message{Kind: msgRoutesLocked}); err != nil {
-		return 0, err
-	}
-	go serveUpdates(ch, nl, *start.Routes)
-	settle()
-	_ = cmd.Wait()
-	return exitCode(cmd.ProcessState), nil
-}
-
-// serveUpdates applies the launcher's policy updates to the jail's routes
-// and filter while the sandbox runs, answering each with msgPolicyApplied
-// (Text empty) or the error; and exits, as init does, when the launcher's
-// end of the channel closes. A failed update leaves the jail refusing
-// what it refused before and the launcher fails closed (see jail).
-func serveUpdates(ch *channel, nl *routes.Netlink, cur routes.Plan) {
-	for {
-		m, err := ch.recv()
-		if err != nil {
-			os.Exit(ExitSetup)
-		}
-		if m.Kind != msgPolicyUpdate || m.Routes == nil {
-			continue
-		}
-		next := *m.Routes
-		reply := message{Kind: msgPolicyApplied}
-		warnings, err := routes.Update(cur, next, nl)
-		for _, w := range warnings {
-			_ = ch.send(message{Kind: msgWarning, Text: fmt.Sprintf("egress jail: %v (that destination stays unreachable)", w)})
-		}
-		if err != nil {
-			reply.Text = err.Error()
-		} else {
-			cur = next
-		}
-		if err := ch.send(reply); err != nil {
-			os.Exit(ExitSetup)
-		}
-	}
+	// Done: the launcher holds the jail's descriptors, init runs as its
+	// child. Nothing of the holder is left for the sandbox's life.
+	return 0, nil
 }
 
 // stageEnv is the stages' whole environment (the command's own comes in

@@ -41,41 +41,40 @@ func runStage() int {
 	// Every fd from 3 up is made close-on-exec; the stages pass on what
 	// they mean to, explicitly.
 	cloexecErr := closeExtraOnExec()
-	ch := newChannel(f)
+	ch := newChannel(f, "launcher")
 	// First of all: tell the parent that this binary runs the stage (a
 	// program that forgot Init would run its own main instead).
-	if err := ch.send(message{Kind: msgHello}); err != nil {
+	if err := ch.send(msgHello, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "claude-sandbox: stage channel:", err)
 		return ExitSetup
 	}
 	m, err := ch.recv()
-	if err != nil || m.Kind != msgStart {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "claude-sandbox: stage channel: no start message:", err)
 		return ExitSetup
 	}
 	if cloexecErr != nil {
 		// A descriptor that would reach the command: refuse the launch.
-		_ = ch.send(message{Kind: msgError, Text: cloexecErr.Error(), Code: ExitSetup})
+		_ = ch.send(msgError, stageFailure{Text: cloexecErr.Error(), Code: ExitSetup})
 		return ExitSetup
 	}
-	switch m.Stage {
-	case "init":
-		// Catch SIGCHLD and the forwarded signals before the command
-		// exists, so none is lost; and every other signal, which init
-		// ignores (see catchAll). Done before the thread is locked: the
-		// runtime's signal machinery starts goroutines (one of them
-		// locked to a thread of its own), and each hand-over between
-		// them and a locked main goroutine can leave one more idle
-		// thread behind for the sandbox's life.
-		sigs := make(chan os.Signal, 64)
-		catchAll(sigs)
+	switch m.Kind {
+	case msgStartInit:
+		var start startInit
+		if err := ch.decode(m, &start); err != nil {
+			return reportStage(ch)(0, err)
+		}
 		runtime.LockOSThread()
-		return runInit(ch, m, sigs)
-	case "holder":
+		return runInit(ch, start)
+	case msgStartHolder:
+		var start startHolder
+		if err := ch.decode(m, &start); err != nil {
+			return reportStage(ch)(0, err)
+		}
 		runtime.LockOSThread()
-		return runHolder(ch, m)
+		return runHolder(ch, start)
 	}
-	_ = ch.send(message{Kind: msgError, Text: fmt.Sprintf("unknown stage %q", m.Stage), Code: ExitSetup})
+	_ = ch.send(msgError, stageFailure{Text: (&protocolError{peer: "launcher", err: fmt.Errorf("%q arrived where a start was due", m.Kind)}).Error(), Code: ExitSetup})
 	return ExitSetup
 }
 
@@ -92,8 +91,8 @@ func fail(code int, format string, a ...any) error {
 }
 
 // runInit is PID 1 of the sandbox. It never returns while the command runs.
-func runInit(ch *channel, start message, sigs chan os.Signal) int {
-	return reportStage(ch)(initSandbox(ch, start, sigs))
+func runInit(ch *channel, start startInit) int {
+	return reportStage(ch)(initSandbox(ch, start))
 }
 
 // reportStage returns a function that turns a stage's result into its exit
@@ -105,12 +104,12 @@ func reportStage(ch *channel) func(int, error) int {
 		}
 		se := &stageError{code: ExitSetup, err: err}
 		errors.As(err, &se)
-		_ = ch.send(message{Kind: msgError, Text: se.err.Error(), Code: se.code})
+		_ = ch.send(msgError, stageFailure{Text: se.err.Error(), Code: se.code})
 		return se.code
 	}
 }
 
-func initSandbox(ch *channel, start message, sigs chan os.Signal) (int, error) {
+func initSandbox(ch *channel, start startInit) (int, error) {
 	// If the launcher dies, so do we, and with PID 1 gone the kernel kills
 	// every process of the namespace. Set before anything else; the
 	// channel watch below covers a launcher that died before this line.
@@ -125,11 +124,11 @@ func initSandbox(ch *channel, start message, sigs chan os.Signal) (int, error) {
 	if w, err := limitPids(p.PidsLimit, p.HostRoot); err != nil {
 		return 0, err
 	} else if w != "" {
-		_ = ch.send(message{Kind: msgWarning, Text: w})
+		_ = ch.send(msgWarning, warning{Text: w})
 	}
 	warnings, err := mounts.Setup(p.Mounts)
 	for _, w := range warnings {
-		_ = ch.send(message{Kind: msgWarning, Text: w})
+		_ = ch.send(msgWarning, warning{Text: w})
 	}
 	if err != nil {
 		return 0, err
@@ -152,7 +151,7 @@ func initSandbox(ch *channel, start message, sigs chan os.Signal) (int, error) {
 			return 0, fmt.Errorf("chdir /: %w", err)
 		}
 		// Quoted: the path may hold bytes that are not UTF-8.
-		_ = ch.send(message{Kind: msgWarning, Text: fmt.Sprintf("the current directory %q is not visible inside (%v): starting in /; bind it, or name a directory with --chdir", p.Dir, err)})
+		_ = ch.send(msgWarning, warning{Text: fmt.Sprintf("the current directory %q is not visible inside (%v): starting in /; bind it, or name a directory with --chdir", p.Dir, err)})
 	}
 	if err := dropPrivileges(); err != nil {
 		return 0, err
@@ -168,8 +167,7 @@ func initSandbox(ch *channel, start message, sigs chan os.Signal) (int, error) {
 	if start.WaitGo {
 		// The jail's routes and stack are being set up meanwhile; the
 		// command runs only once the launcher has seen both done.
-		m, err := ch.recv()
-		if err != nil || m.Kind != msgGo {
+		if err := ch.expect(msgGo, nil); err != nil {
 			return 0, fmt.Errorf("the egress jail was not completed (%v)", err)
 		}
 	}
@@ -225,12 +223,15 @@ func initSandbox(ch *channel, start message, sigs chan os.Signal) (int, error) {
 		// its children are gone, the launcher's relay sees the end.
 		slave.Close()
 	}
-	if err := ch.send(message{Kind: msgStarted, PID: target}); err != nil {
+	if err := ch.send(msgStarted, pidMsg{PID: target}); err != nil {
 		return 0, fmt.Errorf("report start: %w", err)
 	}
+	// From now on the signals that would end init are ignored (see
+	// dropSignals); the command, started above, has its defaults.
+	dropSignals()
 	go relayLauncher(ch, target)
 	settle()
-	return reap(target, sigs), nil
+	return reap(target), nil
 }
 
 // settle gives back what a stage's setup left behind once the stage has
@@ -247,41 +248,40 @@ func settle() {
 // forwarded signals on to the command.
 func relayLauncher(ch *channel, target int) {
 	for {
-		m, err := ch.recv()
-		if err != nil {
+		// Only signals come now; anything else (or the launcher's end
+		// closing) ends the sandbox: init cannot tell what it missed.
+		var s signalMsg
+		if err := ch.expect(msgSignal, &s); err != nil {
 			os.Exit(ExitSetup)
 		}
 		// Any signal the launcher asks for: the channel is the
 		// launcher's alone (an embedder's Signal may send others than
 		// the forwarded set).
-		if m.Kind == msgSignal && m.Code > 0 && m.Code < 65 {
-			_ = unix.Kill(target, unix.Signal(m.Code))
+		if s.Signal > 0 && s.Signal < 65 {
+			_ = unix.Kill(target, unix.Signal(s.Signal))
 		}
 	}
 }
 
-// reap forwards signals to the command and reaps every child (orphans in
-// the namespace are re-parented to us) until the command itself exits.
-func reap(target int, sigs <-chan os.Signal) int {
-	for sig := range sigs {
-		if sig != unix.SIGCHLD {
-			continue // see catchAll: forwarding comes over the channel
+// reap reaps every child (orphans in the namespace are re-parented to
+// us) until the command itself exits, and returns its status. It waits
+// in wait4 on init's main thread, which has nothing else to do: no
+// signal handling machinery (which would keep two more threads) is
+// needed to learn of a child's end.
+func reap(target int) int {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
 		}
-		for {
-			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-			if err == unix.EINTR {
-				continue
-			}
-			if pid <= 0 || err != nil {
-				break
-			}
-			if pid == target {
-				return statusCode(ws)
-			}
+		if err != nil {
+			return ExitSetup
+		}
+		if pid == target {
+			return statusCode(ws)
 		}
 	}
-	return ExitSetup
 }
 
 func statusCode(ws unix.WaitStatus) int {
@@ -332,7 +332,7 @@ func loopbackUp() error {
 // sendPTY opens a pseudo-terminal in the sandbox's own devpts (so the
 // command's ttyname resolves inside), gives it the host terminal's settings
 // and size, and hands the master side to the launcher over ptyFD.
-func sendPTY(start message) (*os.File, error) {
+func sendPTY(start startInit) (*os.File, error) {
 	m, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/plan"
-	"github.com/claude-sandbox/claude-sandbox/routes"
 )
 
 // TTYMode chooses whether the command gets a pseudo-terminal.
@@ -33,42 +34,6 @@ const (
 	// never uses it.
 	TTYNever
 )
-
-// Jail is the launcher's half of the egress jail (plan.NetJail): the
-// userspace network stack that serves the jail's TUN device. The engine
-// creates the namespace and the device and applies Routes in it; the Jail
-// decides what the traffic may reach.
-type Jail interface {
-	// Devices are the TUN links to create in the jail's namespace.
-	Devices() []TUN
-	// Routes is the route plan applied inside the jail's namespace before
-	// anything runs there.
-	Routes() routes.Plan
-	// Attach starts serving the devices, in the order Devices named them.
-	// When it returns nil the stack is attached, and only then is the
-	// sandbox started.
-	Attach(devs []*os.File) error
-	// Failed delivers a fatal error of the stack; the sandbox is killed.
-	Failed() <-chan error
-	// Close stops the stack, after the sandbox has ended.
-	Close()
-}
-
-// ErrHolderGone is what a LiveJail's apply returns once the jail's holder
-// has ended: the jail's namespace and the sandbox in it are gone or going,
-// and there is nothing left to update.
-var ErrHolderGone = errors.New("the jail's holder ended")
-
-// LiveJail is a Jail whose policy follows the host while the sandbox
-// runs. Once the stack is attached, before the command starts, the engine
-// calls Live with apply: it installs a new route plan (routes and filter)
-// in the jail's namespace, through the holder that owns it, and returns
-// when the plan is in force or why it is not. apply is safe to call from
-// any goroutine, one call at a time.
-type LiveJail interface {
-	Jail
-	Live(apply func(routes.Plan) error)
-}
 
 // Options are the launcher's run-time choices, which are not part of the
 // plan because they depend on how the launcher itself was started.
@@ -91,6 +56,9 @@ type Options struct {
 	// main calls [Init] first: the claude-sandbox binary is one. It must
 	// be a path no one else can replace.
 	StageExe string
+	// Logger, when set, receives every stage message the launcher sends
+	// and receives, at debug level (see protocol.go); nil: none.
+	Logger *slog.Logger
 }
 
 // Run builds the sandbox described by p, runs its command to the end and
@@ -127,9 +95,14 @@ type launch struct {
 	sendMu     sync.Mutex // init's channel: the supervisor and Signal send on it
 	mu         sync.Mutex // cmd, initPID and cancelErr, against kill
 	initPID    int        // init's pid in this process's PID namespace
-	initFD     int        // a pidfd of init when it is not our child, else -1
-	cancelErr  error      // set by kill: the start is abandoned
-	startedPID int        // the command's pid inside, from init
+	initFD     int        // with the jail: a pidfd of init, else -1
+	initChan   uint64     // with the jail: the inode of init's end of its channel
+	holderDone chan struct{}
+	waited     bool
+	status     int    // init's exit status, once waited for
+	statusText string // how init ended, for messages
+	cancelErr  error  // set by kill: the start is abandoned
+	startedPID int    // the command's pid inside, from init
 }
 
 // receive returns the next descriptor tagged tag from the fd channel; the
@@ -233,7 +206,7 @@ func (l *launch) start() (int, error) {
 		}
 		l.null = null
 	}
-	ch := newChannel(l.initParent)
+	ch := l.newChannel(l.initParent, "init")
 	l.ich = ch
 	if p.Net == plan.NetJail {
 		if code, err := l.startHolder(); err != nil {
@@ -256,50 +229,39 @@ func (l *launch) start() (int, error) {
 		}
 	}
 
-	start := message{Kind: msgStart, Stage: "init", Plan: p, TTY: useTTY, WaitGo: p.Net == plan.NetJail}
+	start := startInit{Plan: p, TTY: useTTY, WaitGo: p.Net == plan.NetJail}
 	if l.term != nil {
 		start.PTYFds = l.term.fds
 		start.Winsize, start.Termios = l.term.state()
 	}
-	if err := ch.send(start); err != nil {
-		return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", err))
+	sendErr := ch.send(msgStartInit, start)
+	if sendErr != nil && p.Net != plan.NetJail {
+		return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", sendErr))
 	}
 	if p.Net == plan.NetJail {
 		// init builds the filesystem view while the jail is completed.
+		// (If init is gone already, the holder killed it on failing:
+		// its reason comes first.)
 		if code, err := l.completeJail(); err != nil {
 			return code, err
 		}
-		// If init already failed, this send fails too; its error message
-		// is read below.
-		_ = ch.send(message{Kind: msgGo})
-	}
-	for {
-		m, err := ch.recv()
-		if err != nil {
-			_ = l.cmd.Wait()
-			if err := l.cancelled(); err != nil {
-				return ExitSetup, err
-			}
-			return ExitSetup, fmt.Errorf("sandbox init ended before the command started (%v)", l.cmd.ProcessState)
+		if sendErr != nil {
+			return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", sendErr))
 		}
-		switch m.Kind {
-		case msgWarning:
-			o.Warn(m.Text)
-			continue
-		case msgError:
-			_ = l.cmd.Wait()
-			code := m.Code
-			if code == 0 {
-				code = ExitSetup
-			}
-			return code, errors.New(m.Text)
-		case msgStarted:
-			l.startedPID = m.PID
-		default:
-			continue
+		// init's hello was sent before it read its start (sent above,
+		// buffered meanwhile); it is read here, once the jail is done.
+		if err := l.awaitHello(ch); err != nil {
+			return ExitSetup, err
 		}
-		break
+		// If init already failed, this send fails too; its error
+		// message is read below.
+		_ = ch.send(msgGo, nil)
 	}
+	var started pidMsg
+	if err := ch.expect(msgStarted, &started); err != nil {
+		return l.stageFailed(err, "sandbox init ended before the command started")
+	}
+	l.startedPID = started.PID
 	if l.term != nil {
 		master, err := l.receive(fdTagPTY)
 		if err != nil {
@@ -308,6 +270,50 @@ func (l *launch) start() (int, error) {
 		l.term.master = master
 	}
 	return 0, nil
+}
+
+// newChannel opens the launcher's end of a stage's channel: warnings go
+// to the user, every message to the debug log.
+func (l *launch) newChannel(f *os.File, peer string) *channel {
+	ch := newChannel(f, peer)
+	ch.warn, ch.log = l.o.Warn, l.o.Logger
+	return ch
+}
+
+// stageFailed turns what expect returned while the launch waited on a
+// stage into the launch's result: the stage's own error and status, a
+// protocol error, or (the stage ended without a word) what the exit
+// status says, after ended.
+func (l *launch) stageFailed(err error, ended string) (int, error) {
+	if err == nil {
+		// The stage went on as if nothing failed: stop it.
+		return l.abort(errors.New(ended))
+	}
+	var f *stageFailure
+	if errors.As(err, &f) {
+		if l.p.Net == plan.NetJail {
+			// The holder exits once set up, init when it failed; the
+			// other stage must not live on.
+			l.killStages()
+		}
+		l.wait()
+		if cerr := l.cancelled(); cerr != nil {
+			return ExitSetup, cerr
+		}
+		return f.exitCode(), errors.New(f.Text)
+	}
+	var pe *protocolError
+	if errors.As(err, &pe) {
+		return l.abort(err)
+	}
+	if l.p.Net == plan.NetJail {
+		l.killStages()
+	}
+	l.wait()
+	if cerr := l.cancelled(); cerr != nil {
+		return ExitSetup, cerr
+	}
+	return ExitSetup, fmt.Errorf("%s (%s)", ended, l.statusText)
 }
 
 // startStage starts the launcher's direct child stage (init, or the
@@ -341,14 +347,14 @@ func (l *launch) startStage(flags uintptr, extra ...*os.File) error {
 	return nil
 }
 
-// setInit records init's pid; when init is not this process's child (the
-// holder started it), a pidfd of it too, so that the end of the run can
-// wait for init, and with it every process of the sandbox, to be gone.
-func (l *launch) setInit(pid int, grandchild bool) {
+// setInit records init's pid; when the holder started it (init is then
+// this process's child all the same, see holder), a pidfd of it too, to
+// kill it by.
+func (l *launch) setInit(pid int, jailed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.initPID = pid
-	if grandchild && l.initFD < 0 {
+	if jailed && l.initFD < 0 {
 		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
 			l.initFD = fd
 		}
@@ -358,23 +364,119 @@ func (l *launch) setInit(pid int, grandchild bool) {
 	}
 }
 
-// kill ends the sandbox at once, whatever stage it is in. With the jail,
-// once init is known, only init is killed: the holder reaps it and exits
-// with its status, so no zombie is left to the host's init. Before that,
-// the launcher's child goes (a holder's death kills init too, by its
-// parent-death signal). A start still under way fails with err.
+// kill ends the sandbox at once, whatever stage it is in: init (every
+// process of the sandbox dies with it) and, with the jail, the holder if
+// it is still setting up. A start still under way fails with err.
 func (l *launch) kill(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cancelErr == nil {
 		l.cancelErr = err
 	}
-	if l.initFD >= 0 && unix.PidfdSendSignal(l.initFD, unix.SIGKILL, nil, 0) == nil {
-		return
+	l.killStagesLocked()
+}
+
+// killStages kills the stages without cancelling the start.
+func (l *launch) killStages() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.killStagesLocked()
+}
+
+func (l *launch) killStagesLocked() {
+	if l.initFD >= 0 {
+		_ = unix.PidfdSendSignal(l.initFD, unix.SIGKILL, nil, 0)
 	}
 	if l.cmd != nil && l.cmd.Process != nil {
 		_ = l.cmd.Process.Kill()
 	}
+}
+
+// wait reaps the stages once they end and returns init's exit status.
+// Without the jail init is the launcher's child stage. With it the holder
+// is, and init is a child of the launcher too (the holder starts it with
+// CLONE_PARENT and exits after setup): both are reaped, so no zombie is
+// left to the host's init; reaping init means every process of the
+// sandbox is gone (the kernel empties a PID namespace before its init's
+// exit completes).
+func (l *launch) wait() int {
+	if l.waited {
+		return l.status
+	}
+	l.waited = true
+	if l.p.Net != plan.NetJail {
+		awaitExit(l.cmd.Process.Pid) // in the poller, not on a thread
+		_ = l.cmd.Wait()
+		l.status, l.statusText = exitCode(l.cmd.ProcessState), fmt.Sprint(l.cmd.ProcessState)
+		return l.status
+	}
+	if l.holderDone != nil {
+		<-l.holderDone
+	} else {
+		_ = l.cmd.Wait()
+	}
+	l.mu.Lock()
+	pid := l.initPID
+	l.mu.Unlock()
+	if pid == 0 {
+		// The holder died before it could say init's pid (killed right
+		// after starting it): init, if it started, is our child all
+		// the same and must not be left behind.
+		if pid = l.findInit(); pid == 0 {
+			l.status, l.statusText = exitCode(l.cmd.ProcessState), "holder "+fmt.Sprint(l.cmd.ProcessState)
+			return l.status
+		}
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	awaitExit(pid)
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err != unix.EINTR {
+			if err != nil {
+				l.status, l.statusText = ExitSetup, fmt.Sprintf("init not reaped: %v", err)
+				return l.status
+			}
+			break
+		}
+	}
+	l.status = statusCode(ws)
+	l.statusText = fmt.Sprintf("exit status %d", ws.ExitStatus())
+	if ws.Signaled() {
+		l.statusText = "signal: " + ws.Signal().String()
+	}
+	return l.status
+}
+
+// findInit returns the pid of this launch's init among this process's
+// children (the one holding init's end of its channel), or 0.
+func (l *launch) findInit() int {
+	if l.initChan == 0 {
+		return 0
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	want := fmt.Sprintf("socket:[%d]", l.initChan)
+	self := os.Getpid()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		if ppid, _ := statusPids(string(b)); ppid != self {
+			continue
+		}
+		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, stageFD)); err == nil && link == want {
+			return pid
+		}
+	}
+	return 0
 }
 
 // cancelled returns the error kill was given, if it was called.
@@ -396,15 +498,15 @@ func (l *launch) awaitHello(ch *channel) error {
 	var late atomic.Bool
 	t := time.AfterFunc(helloTimeout, func() {
 		late.Store(true)
-		_ = l.cmd.Process.Kill()
+		l.killStages()
 	})
-	m, err := ch.recv()
+	err := ch.expect(msgHello, nil)
 	t.Stop()
-	if err == nil && m.Kind == msgHello {
+	if err == nil {
 		return nil
 	}
-	_ = l.cmd.Process.Kill()
-	_ = l.cmd.Wait()
+	l.killStages()
+	l.wait()
 	if err := l.cancelled(); err != nil {
 		return err
 	}
@@ -412,11 +514,17 @@ func (l *launch) awaitHello(ch *channel) error {
 	if exe == "" {
 		exe = "this program"
 	}
-	how := fmt.Sprintf("it ended (%v) without a word", l.cmd.ProcessState)
-	if late.Load() {
+	how := fmt.Sprintf("it ended (%s) without a word", l.statusText)
+	var f *stageFailure
+	var pe *protocolError
+	switch {
+	case late.Load():
 		how = fmt.Sprintf("it said nothing for %v", helloTimeout)
-	} else if err == nil {
-		how = fmt.Sprintf("it answered %q instead", m.Kind)
+	case errors.As(err, &f):
+		// A stage that runs but failed before its hello: its own words.
+		return errors.New(f.Text)
+	case errors.As(err, &pe):
+		how = fmt.Sprintf("it answered out of turn (%v)", pe.err)
 	}
 	return fmt.Errorf("the sandbox's stage did not start: %s was re-executed to run it, but %s. "+
 		"Call sandbox.Init() (or nsexec.Init()) as the first statement of main, before flags or anything else, "+
@@ -433,6 +541,12 @@ func (l *launch) startHolder() (int, error) {
 	}
 	l.holderParent = holderParent
 	defer holderChild.Close()
+	// init's end of its channel names init among our children, should
+	// the holder die before it says init's pid (see wait).
+	var st unix.Stat_t
+	if unix.Fstat(int(l.initChild.Fd()), &st) == nil {
+		l.initChan = st.Ino
+	}
 	// fds: 3 holder channel, 4 fd channel, 5 init's channel (initChanFD).
 	if err := l.startStage(unix.CLONE_NEWUSER|unix.CLONE_NEWNET, holderChild, l.fdChild, l.initChild); err != nil {
 		return ExitSetup, err
@@ -440,115 +554,59 @@ func (l *launch) startHolder() (int, error) {
 	holderChild.Close()
 	l.fdChild.Close()
 	l.fdChild = nil
-	l.hch = newChannel(holderParent)
+	l.hch = l.newChannel(holderParent, "holder")
 	if err := l.awaitHello(l.hch); err != nil {
 		return ExitSetup, err
 	}
-	rp := o.Jail.Routes()
-	if err := l.hch.send(message{Kind: msgStart, Stage: "holder", Routes: &rp, Devices: o.Jail.Devices(), CloneInit: initCloneFlags(p)}); err != nil {
+	driver, data, err := o.Jail.Child()
+	if err != nil {
+		return l.abort(fmt.Errorf("egress jail: %w", err))
+	}
+	if err := l.hch.send(msgStartHolder, startHolder{Driver: driver, Data: data, CloneInit: initCloneFlags(p)}); err != nil {
 		return l.abort(fmt.Errorf("start the jail: %w", err))
 	}
+	var started pidMsg
+	if err := l.hch.expect(msgInitStarted, &started); err != nil {
+		return l.stageFailed(err, "egress jail: the holder ended before it started the sandbox")
+	}
+	l.setInit(started.PID, true)
 	return 0, nil
 }
 
-// holderFailed reports why the holder ended: its error message if it sent
-// one, else fallback.
-func (l *launch) holderFailed(fallback error) (int, error) {
-	for {
-		m, err := l.hch.recv()
-		if err != nil {
-			break
-		}
-		if m.Kind == msgWarning {
-			l.o.Warn(m.Text)
-		}
-		if m.Kind == msgError {
-			_ = l.cmd.Wait()
-			return ExitSetup, errors.New(m.Text)
-		}
-	}
-	return l.abort(fallback)
-}
-
-// completeJail receives the jail's TUN links, waits for the holder's
-// routes to be locked, and attaches the userstack.
+// completeJail waits for the jail's child driver to finish setting up
+// the namespace, receives what it passed, and attaches the jail.
 func (l *launch) completeJail() (int, error) {
-	var tuns []*os.File
+	var ready netReady
+	if err := l.hch.expect(msgNetReady, &ready); err != nil {
+		return l.stageFailed(err, "egress jail: the holder ended while setting up the jail's network")
+	}
+	// The holder's work is done: it exits now. Reaped in the background
+	// (its wait parks in the poller, not on a thread).
+	holder := l.cmd
+	l.holderDone = make(chan struct{})
+	go func() {
+		defer close(l.holderDone)
+		awaitExit(holder.Process.Pid)
+		_ = holder.Wait()
+	}()
+	var files []*os.File
 	defer func() {
-		for _, f := range tuns {
+		for _, f := range files {
 			f.Close()
 		}
 	}()
-	for range l.o.Jail.Devices() {
-		tun, err := l.receive(fdTagTUN)
+	for range ready.Files {
+		f, err := l.receive(fdTagNet)
 		if err != nil {
-			return l.holderFailed(fmt.Errorf("egress jail: no TUN device from the holder (%v)", err))
+			return l.abort(fmt.Errorf("egress jail: a descriptor from the holder is missing (%v)", err))
 		}
-		tuns = append(tuns, tun)
+		files = append(files, f)
 	}
-	for locked := false; !locked; {
-		m, err := l.hch.recv()
-		if err != nil {
-			return l.holderFailed(fmt.Errorf("egress jail: the holder ended while locking routes (%v)", err))
-		}
-		switch m.Kind {
-		case msgWarning:
-			l.o.Warn(m.Text)
-		case msgError:
-			_ = l.cmd.Wait()
-			return ExitSetup, errors.New(m.Text)
-		case msgRoutesLocked:
-			locked = true
-		case msgInitStarted:
-			l.setInit(m.PID, true)
-		}
-	}
-	if err := l.o.Jail.Attach(tuns); err != nil {
-		return l.abort(fmt.Errorf("egress jail: the userstack cannot attach to the TUN device: %v; %s", err, tunFixes))
+	if err := l.o.Jail.Attach(files, ready.Reply); err != nil {
+		return l.abort(fmt.Errorf("egress jail: %w", err))
 	}
 	l.attached = true
-	if lj, ok := l.o.Jail.(LiveJail); ok {
-		lj.Live(l.holderUpdates())
-	}
 	return 0, nil
-}
-
-// holderUpdates reads the holder's channel from now on (its warnings,
-// and its answers to policy updates) and returns the function that sends
-// it an update and waits for the answer.
-func (l *launch) holderUpdates() func(routes.Plan) error {
-	answers := make(chan string)
-	go func() {
-		defer close(answers)
-		for {
-			m, err := l.hch.recv()
-			if err != nil {
-				return
-			}
-			switch m.Kind {
-			case msgWarning:
-				l.o.Warn(m.Text)
-			case msgPolicyApplied:
-				answers <- m.Text
-			}
-		}
-	}()
-	var mu sync.Mutex
-	return func(rp routes.Plan) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if err := l.hch.send(message{Kind: msgPolicyUpdate, Routes: &rp}); err != nil {
-			return fmt.Errorf("%w (%v)", ErrHolderGone, err)
-		}
-		text, ok := <-answers
-		if !ok {
-			return ErrHolderGone
-		}
-		if text != "" {
-			return errors.New(text)
-		}
-		return nil
-	}
 }
 
 // abort kills the stage and reports err. Closing init's channel first
@@ -559,8 +617,8 @@ func (l *launch) abort(err error) (int, error) {
 		l.initParent = nil
 	}
 	if l.cmd != nil && l.cmd.Process != nil {
-		_ = l.cmd.Process.Kill()
-		_ = l.cmd.Wait()
+		l.killStages()
+		l.wait()
 	}
 	if cerr := l.cancelled(); cerr != nil {
 		return ExitSetup, cerr
@@ -597,24 +655,22 @@ func (l *launch) supervise(sigs chan os.Signal) (int, error) {
 					continue
 				}
 				// Over init's channel, not kill(): init drops the
-				// signals it is sent directly (see catchAll).
-				_ = l.sendInit(message{Kind: msgSignal, Code: int(s.(unix.Signal))})
+				// signals it is sent directly (see dropSignals).
+				_ = l.sendInit(msgSignal, signalMsg{Signal: int(s.(unix.Signal))})
 			case err := <-failed:
 				// Fail closed: without its stack the jail must not live on.
 				mu.Lock()
 				stackErr = err
 				mu.Unlock()
-				_ = l.cmd.Process.Kill()
+				l.killStages()
 				failed = nil
 			case <-done:
 				return
 			}
 		}
 	}()
-	awaitExit(l.cmd.Process.Pid)
-	werr := l.cmd.Wait()
+	code := l.wait()
 	close(done)
-	l.waitInitGone()
 	relay.Wait() // the pty's output, to its last byte
 	if l.term != nil {
 		l.term.restore()
@@ -625,12 +681,9 @@ func (l *launch) supervise(sigs chan os.Signal) (int, error) {
 		return ExitSetup, fmt.Errorf("egress jail: the userstack failed (%v); the sandbox was stopped", stackErr)
 	}
 	if cerr := l.cancelled(); cerr != nil {
-		return exitCode(l.cmd.ProcessState), cerr
+		return code, cerr
 	}
-	if l.cmd.ProcessState == nil {
-		return ExitSetup, werr
-	}
-	return exitCode(l.cmd.ProcessState), nil
+	return code, nil
 }
 
 // awaitExit returns once the child pid has ended (it stays to be reaped).

@@ -112,8 +112,7 @@ func Start(ctx context.Context, p *plan.Plan, o Options) (*Process, error) {
 		// before the command existed; the run ends at once.
 		err = l.cancelled()
 		if err != nil {
-			_ = l.cmd.Wait()
-			l.waitInitGone()
+			l.wait()
 			code = ExitSetup
 		}
 	}
@@ -160,7 +159,7 @@ func (pr *Process) Signal(sig syscall.Signal) error {
 	if sig <= 0 || sig >= 65 {
 		return fmt.Errorf("signal %d out of range", int(sig))
 	}
-	return pr.l.sendInit(message{Kind: msgSignal, Code: int(sig)})
+	return pr.l.sendInit(msgSignal, signalMsg{Signal: int(sig)})
 }
 
 // Kill ends the sandbox at once: init and every process inside die with
@@ -210,31 +209,10 @@ func (pr *Process) Namespaces() (map[string]uint64, error) {
 }
 
 // sendInit sends m on init's channel; the supervisor and Signal share it.
-func (l *launch) sendInit(m message) error {
+func (l *launch) sendInit(kind msgKind, body any) error {
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
-	return l.ich.send(m)
-}
-
-// waitInitGone waits until init has exited when it is not this process's
-// child (the holder started it): a killed holder takes init with it
-// through its parent-death signal, but not synchronously. When init has
-// exited, so has every process of its PID namespace (the kernel empties
-// the namespace before init's exit completes).
-func (l *launch) waitInitGone() {
-	l.mu.Lock()
-	fd := l.initFD
-	l.mu.Unlock()
-	if fd < 0 {
-		return
-	}
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		_, err := unix.Poll(fds, -1)
-		if err != unix.EINTR {
-			return
-		}
-	}
+	return l.ich.send(kind, body)
 }
 
 // findChild returns the pid (in this PID namespace) of the child of

@@ -8,29 +8,27 @@ import (
 )
 
 // The kernel delivers a signal sent from inside a PID namespace to its
-// init only if init handles it, and the Go runtime installs a handler for
-// nearly every signal. For most of them the runtime's handler drops a
-// signal nobody asked for; for SIGHUP, SIGINT and SIGTERM it exits, and
-// for SIGQUIT, SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV,
-// SIGSTKFLT and SIGSYS it crashes with a goroutine trace on init's stderr
-// (the host's terminal). So init asks for exactly those (fatalSignals) and
-// SIGCHLD, reaps on SIGCHLD and drops the rest: asking for all 64 would
-// cost about 3 ms of launch time (each signal.Notify of a new signal is a
-// round trip to the runtime's signal thread) for no gain. SIGKILL and
-// SIGSTOP never reach a namespace's init from inside. The signals are
-// caught, not ignored: an ignored disposition would be inherited by the
-// command across exec, a caught one is reset to the default. The
+// init only if init handles it (an ignored one is dropped), and the Go
+// runtime installs a handler for nearly every signal. For most of them
+// the runtime's handler drops a signal nobody asked for; for SIGHUP,
+// SIGINT and SIGTERM it exits, and for SIGQUIT, SIGILL, SIGTRAP, SIGABRT,
+// SIGBUS, SIGFPE, SIGSEGV, SIGSTKFLT and SIGSYS it crashes with a
+// goroutine trace on init's stderr (the host's terminal). So once the
+// command runs, init ignores exactly those (fatalSignals): the kernel then
+// drops them, from inside or from the host. Ignored, not caught: catching
+// (os/signal) keeps two threads for the sandbox's life, one to receive
+// and one to manage signal masks. They are ignored only after the command
+// has started, because an ignored disposition is inherited across fork
+// and exec and the command must start with the defaults; a command that
+// signals PID 1 in the microseconds before can only end its own sandbox.
+// SIGKILL and SIGSTOP never reach a namespace's init from inside. The
 // integration test sends every signal from 1 to 64, so a runtime that
 // changes its table is caught.
 //
 // The signals the launcher forwards (SIGINT, SIGTERM, SIGHUP, SIGQUIT and,
-// without a pty, SIGWINCH) reach init as msgSignal messages on its channel
+// without a pty, SIGWINCH) reach init as signal messages on its channel
 // instead, so a process inside cannot make init signal the command by
 // signalling init: init drops whatever it gets by kill().
-
-// msgSignal (launcher -> init) asks init to send signal Code to the
-// command.
-const msgSignal msgKind = "signal"
 
 // forwardedSignals are the ones the launcher passes on.
 var forwardedSignals = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGWINCH}
@@ -52,7 +50,7 @@ var fatalSignals = []os.Signal{
 	unix.SIGFPE, unix.SIGSEGV, unix.SIGSTKFLT, unix.SIGSYS,
 }
 
-// catchAll routes SIGCHLD and the fatal signals to c.
-func catchAll(c chan<- os.Signal) {
-	signal.Notify(c, append([]os.Signal{unix.SIGCHLD}, fatalSignals...)...)
+// dropSignals makes init ignore the signals that would end it.
+func dropSignals() {
+	signal.Ignore(fatalSignals...)
 }

@@ -25,8 +25,10 @@
 // allow port 53 only.
 //
 // When not to use it: Netlink must run inside the jail's network namespace
-// by a process that owns it (the holder stage), before anything untrusted
-// runs there; never call it in the host namespace. Tests of the applier that
+// by a process that owns it (the jail's child driver, in the engine's holder
+// stage), before anything untrusted runs there; never call it in the host
+// namespace. A [Conn] reaches the jail's namespace from the launcher through
+// sockets opened inside it ([OpenSockets]). Tests of the applier that
 // touch real netlink must create their own network namespace; unit tests use
 // a recording Executor.
 package routes

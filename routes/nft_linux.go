@@ -44,30 +44,54 @@ func InstallFilter(f *Filter) error {
 		}
 		sink = uint32(s.Index)
 	}
-	err = sendBatch(filterBatch(f, uint32(ifc.Index), sink))
+	fd, err := openNetfilter()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var seq uint32
+	return installFilterOn(fd, &seq, f, uint32(ifc.Index), sink)
+}
+
+// installFilterOn is InstallFilter over the netfilter socket fd, with the
+// links' indexes known; seq numbers the messages across calls on fd.
+func installFilterOn(fd int, seq *uint32, f *Filter, oif, sink uint32) error {
+	err := sendBatch(fd, seq, filterBatch(f, oif, sink))
 	if sink != 0 && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP)) {
-		if err = sendBatch(filterBatch(f, uint32(ifc.Index), 0)); err == nil {
+		if err = sendBatch(fd, seq, filterBatch(f, oif, 0)); err == nil {
 			return ErrUnrecorded
 		}
 	}
 	return err
 }
 
-// sendBatch sends one netfilter transaction and waits for every answer.
-func sendBatch(msgs []nfMsg) error {
+// openNetfilter opens a netfilter netlink socket in the current network
+// namespace, bound, with a 5 s bound on each wait for the kernel.
+func openNetfilter() (int, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 	if err != nil {
-		return fmt.Errorf("filter: netfilter netlink socket: %w", err)
+		return -1, fmt.Errorf("filter: netfilter netlink socket: %w", err)
 	}
-	defer unix.Close(fd)
 	tv := unix.Timeval{Sec: 5}
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("filter: bind: %w", err)
+		unix.Close(fd)
+		return -1, fmt.Errorf("filter: bind: %w", err)
 	}
+	return fd, nil
+}
+
+// sendBatch sends one netfilter transaction on fd and waits for every
+// answer. Answers left over from an earlier batch on the same socket (one
+// the kernel aborted) are drained first and, by their sequence numbers,
+// never taken for this batch's.
+func sendBatch(fd int, seq *uint32, msgs []nfMsg) error {
+	drain(fd)
+	first := *seq + 1
 	var buf []byte
-	for i, m := range msgs {
-		buf = append(buf, m.encode(uint32(i+1))...)
+	for _, m := range msgs {
+		*seq++
+		buf = append(buf, m.encode(*seq)...)
 	}
 	if err := unix.Sendto(fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("filter: send: %w", err)
@@ -80,7 +104,7 @@ func sendBatch(msgs []nfMsg) error {
 		n, _, err := unix.Recvfrom(fd, rb, 0)
 		if err == unix.EINTR {
 			// Under SO_RCVTIMEO a signal (the runtime's preemption,
-			// the holder's SIGCHLD) ends the wait instead of
+			// a stage's SIGCHLD) ends the wait instead of
 			// restarting it: wait again.
 			continue
 		}
@@ -92,7 +116,7 @@ func sendBatch(msgs []nfMsg) error {
 			return fmt.Errorf("filter: %w", err)
 		}
 		for _, m := range nms {
-			if m.Header.Type != unix.NLMSG_ERROR {
+			if m.Header.Type != unix.NLMSG_ERROR || m.Header.Seq < first || m.Header.Seq > *seq {
 				continue
 			}
 			if len(m.Data) < 4 {
@@ -105,6 +129,16 @@ func sendBatch(msgs []nfMsg) error {
 		}
 	}
 	return nil
+}
+
+// drain discards what is queued on the netlink socket fd.
+func drain(fd int) {
+	b := make([]byte, 1<<16)
+	for {
+		if _, _, err := unix.Recvfrom(fd, b, unix.MSG_DONTWAIT); err != nil && err != unix.EINTR {
+			return
+		}
+	}
 }
 
 // nfMsg is one netfilter netlink message.

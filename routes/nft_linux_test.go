@@ -287,3 +287,61 @@ func routeDev(t *testing.T, a netip.Addr) string {
 	}
 	return l.Attrs().Name
 }
+
+// A Conn over sockets opened inside the namespace moves it from a thread
+// in another namespace (as the launcher does, once the holder is gone):
+// the routes and the filter change there, twice over the same sockets.
+func TestConnUpdatesFromOutside(t *testing.T) {
+	inFreshNetns(t, func() {
+		cfg := Config{TUN: "tun0", Sink: "blk0", Addr4: netip.MustParsePrefix("192.0.2.2/32"), Addr6: netip.MustParsePrefix("fdc5::2/128")}
+		plan := func(c netpolicy.Config) Plan {
+			p, err := BuildPlan(netpolicy.MustNew(c), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		cur := plan(netpolicy.Config{})
+		if err := InstallFilter(cur.Filter); err != nil {
+			t.Fatal(err)
+		}
+		s, err := OpenSockets("tun0", "blk0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn := NewConn(s)
+		defer conn.Close()
+		next := plan(netpolicy.Config{HostRoutes: []netip.Prefix{netip.MustParsePrefix("198.18.50.0/24")}})
+		// From a goroutine that is not locked to this thread: it runs
+		// on another thread, in the test's own namespace.
+		outside := func(from, to Plan) error {
+			done := make(chan error)
+			go func() {
+				_, err := Update(from, to, conn)
+				done <- err
+			}()
+			return <-done
+		}
+		routed := netip.MustParseAddrPort("198.18.50.10:9")
+		for round := 0; round < 2; round++ {
+			if err := outside(cur, next); err != nil {
+				t.Fatalf("round %d: Update: %v", round, err)
+			}
+			if err := sendBound("tun0", routed); !errors.Is(err, syscall.EPERM) {
+				t.Errorf("round %d: bound send to %v after the update: %v, want EPERM", round, routed, err)
+			}
+			if dev := routeDev(t, routed.Addr()); dev != "blk0" {
+				t.Errorf("round %d: %v routed to %q, want blk0", round, routed.Addr(), dev)
+			}
+			if err := outside(next, cur); err != nil {
+				t.Fatalf("round %d: Update back: %v", round, err)
+			}
+			if err := sendBound("tun0", routed); err != nil {
+				t.Errorf("round %d: bound send after the block went: %v", round, err)
+			}
+			if dev := routeDev(t, routed.Addr()); dev != "tun0" {
+				t.Errorf("round %d: %v routed to %q after the block went, want tun0", round, routed.Addr(), dev)
+			}
+		}
+	})
+}

@@ -22,7 +22,7 @@ func isRoute(k OpKind) bool {
 // (one atomic transaction), and last the routes next no longer has. A
 // failed punch is a warning; any other failure stops the update with an
 // error, and what was already applied stays (the caller fails closed).
-func Update(cur, next Plan, n *Netlink) (warnings []error, err error) {
+func Update(cur, next Plan, n Namespace) (warnings []error, err error) {
 	have := map[netip.Prefix]Op{}
 	for _, op := range cur.Ops {
 		if isRoute(op.Kind) {
@@ -38,9 +38,9 @@ func Update(cur, next Plan, n *Netlink) (warnings []error, err error) {
 		old, ok := have[op.Prefix]
 		switch {
 		case !ok:
-			err = n.Exec(op)
+			err = n.AddRoute(op)
 		case old.Kind != op.Kind || old.Link != op.Link:
-			err = n.replace(op)
+			err = n.ReplaceRoute(op)
 		default:
 			continue
 		}
@@ -55,7 +55,7 @@ func Update(cur, next Plan, n *Netlink) (warnings []error, err error) {
 		}
 	}
 	if next.Filter != nil {
-		if err := InstallFilter(next.Filter); errors.Is(err, ErrUnrecorded) {
+		if err := n.InstallFilter(next.Filter); errors.Is(err, ErrUnrecorded) {
 			warnings = append(warnings, err)
 		} else if err != nil {
 			return warnings, err
@@ -65,7 +65,7 @@ func Update(cur, next Plan, n *Netlink) (warnings []error, err error) {
 		if !isRoute(op.Kind) || want[op.Prefix] {
 			continue
 		}
-		if err := n.delete(op); err != nil {
+		if err := n.DeleteRoute(op); err != nil {
 			return warnings, &OpError{Op: Op{Kind: op.Kind, Link: op.Link, Prefix: op.Prefix, Reason: "removing: " + op.Reason}, Err: err}
 		}
 	}

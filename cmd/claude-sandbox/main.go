@@ -222,15 +222,18 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			jo.Log, jo.Summary = f, nil
 		}
 		nopts.Jail = jail.New(setup, jo)
-		// The launcher now carries the sandbox's traffic, on the
-		// userstack's event loop. One P keeps that loop on one thread:
-		// with a second, the scheduler moves the loop between threads
-		// (each move a wake-up), which measured no faster on the 2-core
-		// machines and about a tenth more CPU per connection (README,
-		// egress jail). GOMAXPROCS in the environment still decides.
-		if os.Getenv("GOMAXPROCS") == "" {
-			runtime.GOMAXPROCS(1)
-		}
+	}
+	// One P from here on. With the jail, the launcher carries the
+	// sandbox's traffic on the userstack's event loop, and one P keeps
+	// that loop on one thread: with a second, the scheduler moves the
+	// loop between threads (each move a wake-up), which measured no
+	// faster on the 2-core machines and about a tenth more CPU per
+	// connection (README, egress jail). Without it, the launcher only
+	// relays the terminal and signals, and every further P is one more
+	// idle thread for the sandbox's life. GOMAXPROCS in the environment
+	// still decides.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
 	}
 	var code int
 	if sw != nil {

@@ -1,4 +1,4 @@
-package nsexec
+package jail
 
 import (
 	"errors"
@@ -14,8 +14,8 @@ import (
 // open egress by itself.
 const tunFixes = "run without the egress jail only on purpose: --net=host (for the Claude shadow: CLAUDE_SANDBOX_EGRESS_JAIL=0)"
 
-// TUN is a TUN link the jail wants.
-type TUN struct {
+// tunLink is a TUN link the jail wants.
+type tunLink struct {
 	Name string `json:"name"`
 	// Offload opens it with IFF_VNET_HDR: every packet carries a
 	// virtio-net header, so checksums and segmentation can be left to the
@@ -23,13 +23,13 @@ type TUN struct {
 	Offload bool `json:"offload,omitempty"`
 }
 
-// VnetHdrLen is the size of the virtio-net header on an Offload link.
-const VnetHdrLen = 10
+// vnetHdrLen is the size of the virtio-net header on an Offload link.
+const vnetHdrLen = 10
 
 // openTUN creates the TUN link in the current network namespace and
 // returns its fd (no packet-information header: IP packets, preceded by a
 // virtio-net header when Offload).
-func openTUN(dev TUN) (int, error) {
+func openTUN(dev tunLink) (int, error) {
 	name := dev.Name
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -56,7 +56,7 @@ func openTUN(dev TUN) (int, error) {
 		return -1, fmt.Errorf("egress jail: create TUN link %s: %v; %s", name, e, tunFixes)
 	}
 	if dev.Offload {
-		hdr := VnetHdrLen
+		hdr := vnetHdrLen
 		if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, hdr); err != nil {
 			unix.Close(fd)
 			return -1, fmt.Errorf("egress jail: TUN link %s: virtio-net header size: %v", name, err)

@@ -1,0 +1,240 @@
+package routes
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Namespace is a running jail namespace's kernel layer as [Update]
+// changes it: its routes and its filter. [Netlink] (used from inside the
+// namespace) and [Conn] (from anywhere, through sockets opened inside)
+// are the two.
+type Namespace interface {
+	AddRoute(Op) error
+	ReplaceRoute(Op) error
+	DeleteRoute(Op) error
+	InstallFilter(*Filter) error
+}
+
+// AddRoute adds a route operation's route.
+func (n *Netlink) AddRoute(op Op) error { return n.Exec(op) }
+
+// ReplaceRoute installs op in place of the route with its destination.
+func (n *Netlink) ReplaceRoute(op Op) error { return n.replace(op) }
+
+// DeleteRoute removes the route op added.
+func (n *Netlink) DeleteRoute(op Op) error { return n.delete(op) }
+
+// InstallFilter installs f in the calling process's namespace.
+func (n *Netlink) InstallFilter(f *Filter) error { return InstallFilter(f) }
+
+// Conn reaches a jail namespace's routes and filter through two netlink
+// sockets (rtnetlink and netfilter) opened inside it by [OpenSockets]. A
+// socket stays bound to the network namespace it was opened in wherever
+// its descriptor goes, so the process that receives them (over SCM_RIGHTS)
+// changes that namespace from its own. The kernel checks, for each
+// message, that the socket's opener had CAP_NET_ADMIN over the namespace
+// and that the sender has it too: the launcher, whose user owns the
+// jail's user namespace, does; the sandbox, in a user namespace nested
+// below, holds no such socket.
+type Conn struct {
+	mu    sync.Mutex
+	rt    *os.File
+	nf    *os.File
+	links map[string]uint32
+	seq   uint32
+}
+
+// Sockets are the descriptors [OpenSockets] opens, and the link indexes
+// a Conn needs (links are never re-created while the jail runs).
+type Sockets struct {
+	Route, Netfilter *os.File
+	Links            map[string]uint32
+}
+
+// OpenSockets opens, in the current network namespace, the two netlink
+// sockets of a [Conn] and reads the indexes of the named links.
+func OpenSockets(links ...string) (Sockets, error) {
+	var s Sockets
+	s.Links = map[string]uint32{}
+	for _, name := range links {
+		ifc, err := net.InterfaceByName(name)
+		if err != nil {
+			return s, fmt.Errorf("link %s: %w", name, err)
+		}
+		s.Links[name] = uint32(ifc.Index)
+	}
+	rt, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return s, fmt.Errorf("rtnetlink socket: %w", err)
+	}
+	tv := unix.Timeval{Sec: 5}
+	_ = unix.SetsockoptTimeval(rt, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	if err := unix.Bind(rt, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(rt)
+		return s, fmt.Errorf("rtnetlink bind: %w", err)
+	}
+	nf, err := openNetfilter()
+	if err != nil {
+		unix.Close(rt)
+		return s, err
+	}
+	s.Route, s.Netfilter = os.NewFile(uintptr(rt), "rtnetlink"), os.NewFile(uintptr(nf), "nfnetlink")
+	return s, nil
+}
+
+// NewConn returns a Conn over s; it owns s's descriptors from now on.
+func NewConn(s Sockets) *Conn {
+	return &Conn{rt: s.Route, nf: s.Netfilter, links: s.Links}
+}
+
+// Close closes the sockets; a call under way fails.
+func (c *Conn) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rt.Close()
+	c.nf.Close()
+}
+
+// AddRoute adds op's route (it must not exist).
+func (c *Conn) AddRoute(op Op) error {
+	return c.route(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, op)
+}
+
+// ReplaceRoute installs op's route in place of the one with its
+// destination.
+func (c *Conn) ReplaceRoute(op Op) error {
+	return c.route(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, op)
+}
+
+// DeleteRoute removes op's route.
+func (c *Conn) DeleteRoute(op Op) error { return c.route(unix.RTM_DELROUTE, 0, op) }
+
+// InstallFilter installs f as [InstallFilter] does.
+func (c *Conn) InstallFilter(f *Filter) error {
+	if f == nil {
+		return errors.New("no filter")
+	}
+	oif, ok := c.links[f.Dev]
+	if !ok {
+		return fmt.Errorf("filter: no link %s", f.Dev)
+	}
+	var sink uint32
+	if f.Sink != "" {
+		if sink, ok = c.links[f.Sink]; !ok {
+			return fmt.Errorf("filter: no link %s", f.Sink)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return withFD(c.nf, func(fd int) error { return installFilterOn(fd, &c.seq, f, oif, sink) })
+}
+
+// withFD runs f on the descriptor of an open file, or fails if closed.
+func withFD(file *os.File, f func(int) error) error {
+	rc, err := file.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// route sends one route message for op and waits for the kernel's ack.
+func (c *Conn) route(typ uint16, flags uint16, op Op) error {
+	if !op.Prefix.IsValid() {
+		return fmt.Errorf("invalid destination %v", op.Prefix)
+	}
+	fam, alen := uint8(unix.AF_INET), 4
+	if op.Prefix.Addr().Is6() {
+		fam, alen = unix.AF_INET6, 16
+	}
+	scope := uint8(unix.RT_SCOPE_UNIVERSE)
+	if typ == unix.RTM_DELROUTE {
+		scope = unix.RT_SCOPE_NOWHERE // any
+	}
+	var rtype uint8
+	var oif uint32
+	switch op.Kind {
+	case OpBlackhole:
+		rtype = unix.RTN_BLACKHOLE
+	case OpUnreachable:
+		rtype = unix.RTN_UNREACHABLE
+	case OpDefault, OpPunch, OpSink:
+		idx, ok := c.links[op.Link]
+		if !ok {
+			return fmt.Errorf("no link %s", op.Link)
+		}
+		rtype, oif = unix.RTN_UNICAST, idx
+		if typ != unix.RTM_DELROUTE {
+			scope = unix.RT_SCOPE_LINK // as ip(8) does for a route without a gateway
+		}
+	default:
+		return fmt.Errorf("not a route operation: %v", op.Kind)
+	}
+	// struct rtmsg, then RTA_DST and RTA_OIF.
+	body := []byte{fam, uint8(op.Prefix.Bits()), 0, 0, unix.RT_TABLE_MAIN, unix.RTPROT_BOOT, scope, rtype, 0, 0, 0, 0}
+	body = append(body, rtattr(unix.RTA_DST, op.Prefix.Addr().AsSlice()[:alen])...)
+	if oif != 0 {
+		body = append(body, rtattr(unix.RTA_OIF, binary.NativeEndian.AppendUint32(nil, oif))...)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return withFD(c.rt, func(fd int) error {
+		drain(fd)
+		c.seq++
+		seq := c.seq
+		msg := binary.NativeEndian.AppendUint32(nil, uint32(unix.NLMSG_HDRLEN+len(body)))
+		msg = binary.NativeEndian.AppendUint16(msg, typ)
+		msg = binary.NativeEndian.AppendUint16(msg, unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags)
+		msg = binary.NativeEndian.AppendUint32(msg, seq)
+		msg = binary.NativeEndian.AppendUint32(msg, 0)
+		msg = append(msg, body...)
+		if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+			return err
+		}
+		return awaitAck(fd, seq)
+	})
+}
+
+// awaitAck waits for the kernel's answer to message seq on fd.
+func awaitAck(fd int, seq uint32) error {
+	rb := make([]byte, 1<<13)
+	for {
+		n, _, err := unix.Recvfrom(fd, rb, 0)
+		if err == unix.EINTR {
+			continue // see sendBatch
+		}
+		if err != nil {
+			return fmt.Errorf("waiting for the kernel's answer: %w", err)
+		}
+		nms, err := syscallParse(rb[:n])
+		if err != nil {
+			return err
+		}
+		for _, m := range nms {
+			if m.Header.Type != unix.NLMSG_ERROR || m.Header.Seq != seq {
+				continue
+			}
+			if len(m.Data) < 4 {
+				return errors.New("short netlink error")
+			}
+			if code := int32(binary.NativeEndian.Uint32(m.Data[:4])); code != 0 {
+				return unix.Errno(-code)
+			}
+			return nil
+		}
+	}
+}
+
+// rtattr encodes one rtnetlink attribute, padded to 4 bytes.
+func rtattr(typ uint16, val []byte) []byte { return attr(typ, val) }
