@@ -50,6 +50,10 @@ type Options struct {
 	// UDPIdleTimeout is how long an idle UDP mapping keeps its host
 	// port; 0: userstack.DefaultUDPIdleTimeout (5 minutes).
 	UDPIdleTimeout time.Duration
+	// HostPorts are the ports of the host's loopback the sandbox reaches
+	// through the gateway (--allow-host-port); every other gateway port
+	// is refused and recorded.
+	HostPorts []netpolicy.HostPort
 	// MaxRelayMemory bounds the TCP relay's buffers across all flows, in
 	// bytes; 0: userstack.DefaultMaxRelayMemory.
 	MaxRelayMemory int
@@ -134,6 +138,7 @@ func (j *Jail) Attach(devs []*os.File) error {
 		Gateways:   []netipAddr{j.setup.Gateway},
 		VirtualDNS: []netipAddr{j.setup.Gateway},
 		Upstreams:  j.setup.Upstreams,
+		HostPorts:  j.opts.HostPorts,
 		OnBlock:    j.record,
 		Pinger:     userstack.HostPinger{},
 		// Evictions are logged in the block log's format but are not

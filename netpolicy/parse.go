@@ -53,6 +53,9 @@ func checkAllow(pfx netip.Prefix) (netip.Prefix, error) {
 	if pfx.Bits() == 0 {
 		return netip.Prefix{}, fmt.Errorf("allow entry %v would allow everything; to turn the jail off use the egress-jail = 0 setting instead", pfx)
 	}
+	if err := refuseLoopback(pfx); err != nil {
+		return netip.Prefix{}, err
+	}
 	if m := pfx.Masked(); m != pfx {
 		return netip.Prefix{}, fmt.Errorf("allow entry %v has host bits set: write %v for the network or %v for the single host",
 			pfx, m, netip.PrefixFrom(pfx.Addr(), pfx.Addr().BitLen()))

@@ -26,6 +26,7 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/internal/exact"
 	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
 // Net selects the sandbox's network namespace.
@@ -131,6 +132,11 @@ type Egress struct {
 	Allow []netip.Prefix `json:"allow,omitempty"`
 	// Routes is the route plan, one operation a line.
 	Routes []string `json:"routes,omitempty"`
+	// HostPorts are the host loopback ports the sandbox reaches
+	// (--allow-host-port), through HostAddress (the jail's gateway,
+	// named host.internal in the sandbox's /etc/hosts).
+	HostPorts   []netpolicy.HostPort `json:"hostPorts,omitempty"`
+	HostAddress *netip.Addr          `json:"hostAddress,omitempty"`
 }
 
 // Options is what a caller asks for; Build turns it into a Plan.
@@ -139,6 +145,9 @@ type Options struct {
 	Net     Net
 	// Allow punches through the egress jail (Net == NetJail only).
 	Allow []netip.Prefix
+	// HostPorts are host loopback ports reached through the jail's
+	// gateway (Net == NetJail only).
+	HostPorts []netpolicy.HostPort
 	// Late are operations applied after the caller's own (the jail's
 	// resolv.conf), so no user operation can cover them.
 	Late []mounts.Op
@@ -215,6 +224,9 @@ func Build(opts Options) (*Plan, error) {
 		p.Egress = &Egress{Allow: opts.Allow}
 	} else if len(opts.Allow) > 0 {
 		return nil, errf("--allow-ip and --allow-cidr apply to the egress jail (--net=jail), not --net=%s", p.Net)
+	}
+	if err := hostPorts(p, opts.HostPorts); err != nil {
+		return nil, err
 	}
 	if opts.Hostname != "" && !validHostname(opts.Hostname) {
 		return nil, errf("invalid hostname %q: use letters, digits, '-' and '.', at most 64 characters", opts.Hostname)

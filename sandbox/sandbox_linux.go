@@ -70,6 +70,12 @@ type Spec struct {
 	// Allow lets the jail reach these addresses or ranges, every port and
 	// protocol (netip.PrefixFrom(addr, addr.BitLen()) for one address).
 	Allow []netip.Prefix
+	// HostPorts are ports of the host's loopback the command reaches
+	// through the jail's gateway (Addresses().Gateway, named
+	// host.internal in its /etc/hosts), as --allow-host-port does: a
+	// connection to the gateway's port reaches 127.0.0.1 on the host.
+	// Every other gateway port stays refused and reported. NetJail only.
+	HostPorts []netpolicy.HostPort
 	// AllowDomains is reserved for allowing destinations by name, which
 	// the jail does not do yet: Start refuses a non-empty list rather
 	// than run with a policy other than the one asked for.
@@ -164,6 +170,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		Command:   spec.Command,
 		Net:       spec.Net,
 		Allow:     spec.Allow,
+		HostPorts: spec.HostPorts,
 		Ops:       spec.Mounts,
 		Bare:      spec.Bare,
 		Chdir:     spec.Dir,
@@ -201,8 +208,15 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 			warn(w)
 		}
 		opts.Late = append(opts.Late, setup.ResolvConf)
+		if len(spec.HostPorts) > 0 {
+			hosts, err := os.ReadFile("/etc/hosts")
+			if err != nil && !os.IsNotExist(err) {
+				return nil, fmt.Errorf("sandbox: HostPorts: %w", err)
+			}
+			opts.Late = append(opts.Late, jail.HostsFile(string(hosts), setup.Gateway))
+		}
 		s.addrs = Addresses{Addr4: setup.Addr4, Addr6: setup.Addr6, Gateway: setup.Gateway}
-		nopts.Jail = jail.New(setup, jail.Options{OnBlock: s.ev.block, OnChange: s.ev.change})
+		nopts.Jail = jail.New(setup, jail.Options{OnBlock: s.ev.block, OnChange: s.ev.change, HostPorts: spec.HostPorts})
 	}
 	p, err := plan.Build(opts)
 	if err != nil {

@@ -31,6 +31,9 @@ type Config struct {
 	AllowWrite []string `json:"allowWrite,omitempty"`
 	// AllowIP are punches through the egress jail (addresses or CIDRs).
 	AllowIP []netip.Prefix `json:"allowIP,omitempty"`
+	// AllowHostPort are ports of the host's loopback the sandbox reaches
+	// at host.internal (the jail's gateway), as --allow-host-port.
+	AllowHostPort []netpolicy.HostPort `json:"allowHostPort,omitempty"`
 	// AllowSocket are host Unix sockets the sandbox may connect to
 	// (every other host socket is hidden).
 	AllowSocket []string `json:"allowSocket,omitempty"`
@@ -153,6 +156,15 @@ func (c *Config) set(key, value string, hasValue bool) error {
 			return err
 		}
 		c.AllowIP = append(c.AllowIP, pfx)
+	case "allow-host-port":
+		if err := needValue(); err != nil {
+			return err
+		}
+		h, err := netpolicy.ParseHostPort(value)
+		if err != nil {
+			return err
+		}
+		c.AllowHostPort = append(c.AllowHostPort, h)
 	case "allow-socket":
 		if err := needValue(); err != nil {
 			return err
@@ -194,7 +206,7 @@ func (c *Config) set(key, value string, hasValue bool) error {
 			c.PidsLimit = n
 		}
 	default:
-		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-socket, pass-env, gitlab-host, pids-limit)")
+		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-host-port, allow-socket, pass-env, gitlab-host, pids-limit)")
 	}
 	return nil
 }

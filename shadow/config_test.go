@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -39,6 +41,11 @@ func TestParseConfig(t *testing.T) {
 		{"relative allow-write", "allow-write = tmp\n", Config{}, `f:1: allow-write: "tmp" is not an absolute path`},
 		{"bad allow-ip", "allow-ip = 10.1.2\n", Config{}, "f:1: allow-ip:"},
 		{"allow-ip with host bits", "allow-ip = 10.1.2.3/8\n", Config{}, "f:1: allow-ip:"},
+		{"allow-ip loopback", "allow-ip = 127.0.0.1\n", Config{}, "f:1: allow-ip: 127.0.0.1 is loopback"},
+		{"allow-host-port", "allow-host-port = 11434\nallow-host-port = 5353/udp\n", with(func(c *Config) {
+			c.AllowHostPort = []netpolicy.HostPort{{Proto: netpolicy.ProtoTCP, Port: 11434}, {Proto: netpolicy.ProtoUDP, Port: 5353}}
+		}), ""},
+		{"bad allow-host-port", "allow-host-port = 0\n", Config{}, "f:1: allow-host-port:"},
 		{"missing value", "allow-write =\n", Config{}, "f:1: allow-write: needs a value"},
 		{"bare valued key", "workspace-root\n", Config{}, "f:1: workspace-root: needs a value"},
 		{"bad env name", "pass-env = A-B\n", Config{}, `f:1: pass-env: "A-B" is not a variable name`},

@@ -373,9 +373,10 @@ func Build(in Inputs) (*Launch, error) {
 	}
 	l.Argv = append([]string{h(".local/bin/claude")}, args...)
 	l.Options = plan.Options{
-		Command: l.Argv,
-		Net:     net,
-		Allow:   cfg.AllowIP,
+		Command:   l.Argv,
+		Net:       net,
+		Allow:     cfg.AllowIP,
+		HostPorts: cfg.AllowHostPort,
 		// Every host socket but these is hidden by plan.Build.
 		AllowSockets: cfg.AllowSocket,
 		Ops:          ops,
@@ -391,7 +392,7 @@ func Build(in Inputs) (*Launch, error) {
 		PidsLimit: cfg.PidsLimit,
 	}
 	if !cfg.EgressJail {
-		l.Options.Allow = nil
+		l.Options.Allow, l.Options.HostPorts = nil, nil
 	}
 	return l, nil
 }

@@ -90,6 +90,11 @@ type Config struct {
 	// without a policy check: they are host configuration, and only port 53
 	// of the local addresses leads to them. The first one is used.
 	Upstreams []netip.AddrPort
+	// HostPorts are the ports of the host's loopback the sandbox reaches
+	// through the Gateways (hostport.go): a flow to a gateway on one of
+	// them is relayed to 127.0.0.1 (an IPv6 gateway: [::1]) on the host
+	// side, without a policy check. Every other gateway port is refused.
+	HostPorts []netpolicy.HostPort
 	// OnBlock, if set, is called (synchronously, keep it short) for every
 	// refused flow.
 	OnBlock func(netpolicy.Block)

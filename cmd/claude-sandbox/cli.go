@@ -148,6 +148,16 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, usagef("--allow-ip takes one address; use --allow-cidr %s for a range", v)
 			}
 			r.opts.Allow = append(r.opts.Allow, pfx)
+		case "--allow-host-port":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			h, err := netpolicy.ParseHostPort(v)
+			if err != nil {
+				return nil, usagef("--allow-host-port: %v", err)
+			}
+			r.opts.HostPorts = append(r.opts.HostPorts, h)
 		case "--allow-socket":
 			v, err := value()
 			if err != nil {

@@ -98,6 +98,10 @@ host: share the host's network, no egress jail;
 none: an empty network namespace with only lo`},
 	{name: "--allow-ip", args: []string{"ADDR"}, section: secNet, help: "let the jail reach ADDR (IPv4 or IPv6), any port"},
 	{name: "--allow-cidr", args: []string{"PREFIX"}, section: secNet, help: "let the jail reach a whole range, e.g. 10.20.0.0/16"},
+	{name: "--allow-host-port", args: []string{"PORT[/udp]"}, section: secNet, short: "let the jail reach the host's 127.0.0.1:PORT via host.internal", help: `let the sandbox reach the host's 127.0.0.1:PORT
+(repeatable; TCP unless /udp) at the jail's gateway
+address, named host.internal in its /etc/hosts;
+every other host loopback port stays blocked`},
 	{name: "--log-blocked", args: []string{"FILE"}, section: secNet, help: `append every blocked flow to FILE as a JSON line
 (otherwise a summary is printed when the command ends)`},
 	{name: "--udp-flows", args: []string{"N"}, section: secNet, help: `at most N UDP flows at once (default 512); at the cap
