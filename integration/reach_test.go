@@ -1,7 +1,10 @@
 package integration
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -85,5 +88,62 @@ func TestReachAllowLoopbackRefused(t *testing.T) {
 		if r.Code != 2 || strings.Contains(r.Stdout, "started") || !strings.Contains(r.Stderr, "--allow-host-port") || strings.Count(strings.TrimSpace(r.Stderr), "\n") != 0 {
 			t.Errorf("%v: %v, want exit 2, one line naming --allow-host-port", args, r)
 		}
+	}
+}
+
+// devCmd runs claude-sandbox with args as uid in a private mount
+// namespace where dir is a fresh tmpfs (devices allowed) holding two
+// device nodes the test makes: null2 (1,3, a /dev/null twin) and zero2
+// (1,5), mode 0666. Nothing is created on the machine's own /dev.
+func devCmd(t *testing.T, uid int, dir, bin string, args ...string) *exec.Cmd {
+	inner := fmt.Sprintf("mount -t tmpfs -o mode=0755 none %[1]s && mknod -m 666 %[1]s/null2 c 1 3 && mknod -m 666 %[1]s/zero2 c 1 5 && touch %[1]s/plain && exec setpriv --reuid=%[2]d --regid=%[2]d --clear-groups -- \"$@\"", dir, uid)
+	argv := append([]string{"-m", "--propagation", "private", "sh", "-c", inner, "sh", bin}, args...)
+	cmd := exec.Command("unshare", argv...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/"}
+	cmd.Dir = "/"
+	return cmd
+}
+
+// --dev-bind: a device node bound into the private /dev is usable (read
+// and write), as root and as uid 65534; no other host device shows; the
+// bound node's host inode cannot be changed from inside; a --bind of the
+// same node stays unusable (nodev); a source that is no device node is
+// refused before anything runs.
+func TestReachDevBind(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			dir := testutil.MkdirFor(t, 0)
+			script := `ls -A /dev | tr '\n' ' '; echo; echo data > /dev/null2 && echo wrote; head -c 4 /dev/zero2 | wc -c; chmod 600 /dev/null2 2>/dev/null && echo chmod-ok; ls -l /dev/null2 | cut -c1-10`
+			r := testutil.Run(t, devCmd(t, uid, dir, bin, "run", "--net=none", "--dev-bind", dir+"/null2", "/dev/null2", "--dev-bind-try", dir+"/zero2", "/dev/zero2", "--dev-bind-try", dir+"/missing", "/dev/missing", "--", "sh", "-c", script))
+			lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+			if r.Code != 0 || len(lines) < 4 {
+				t.Fatalf("run: %v", r)
+			}
+			want := "fd full null null2 ptmx pts random shm stderr stdin stdout tty urandom zero zero2"
+			if strings.TrimSpace(lines[0]) != want {
+				t.Errorf("/dev inside: %q, want %q", lines[0], want)
+			}
+			if lines[1] != "wrote" || strings.TrimSpace(lines[2]) != "4" {
+				t.Errorf("the bound nodes do not work: %q (%v)", lines, r)
+			}
+			if slices.Contains(lines, "chmod-ok") || lines[len(lines)-1] != "crw-rw-rw-" {
+				t.Errorf("the host's node was changed from inside: %q", lines)
+			}
+			// A plain --bind of the node keeps devices off.
+			r = testutil.Run(t, devCmd(t, uid, dir, bin, "run", "--net=none", "--bind", dir+"/null2", "/tmp/null2", "--", "sh", "-c", "echo x > /tmp/null2 && echo wrote"))
+			if strings.Contains(r.Stdout, "wrote") {
+				t.Errorf("a --bind of a device node opened it: %v", r)
+			}
+			// Not a device node: refused at parse time, nothing runs.
+			for _, src := range []string{dir + "/plain", dir, "/etc"} {
+				r = testutil.Run(t, devCmd(t, uid, dir, bin, "run", "--net=none", "--dev-bind", src, "/dev/x", "--", "echo", "started"))
+				if r.Code != 2 || strings.Contains(r.Stdout, "started") || !strings.Contains(r.Stderr, "--dev-bind") {
+					t.Errorf("--dev-bind %s: %v, want a refusal (exit 2)", src, r)
+				}
+			}
+		})
 	}
 }

@@ -336,7 +336,7 @@ func checkOps(ops []mounts.Op, stat func(string) (fs.FileInfo, error)) ([]mounts
 			flag += "-try"
 		}
 		switch op.Kind {
-		case mounts.Tmpfs, mounts.Bind, mounts.ROBind, mounts.Mask, mounts.File, mounts.Overlay:
+		case mounts.Tmpfs, mounts.Bind, mounts.ROBind, mounts.Mask, mounts.File, mounts.Overlay, mounts.DevBind:
 		default:
 			return nil, errf("operation %q cannot be requested directly", op.Kind)
 		}
@@ -364,6 +364,11 @@ func checkOps(ops []mounts.Op, stat func(string) (fs.FileInfo, error)) ([]mounts
 					continue
 				}
 				return nil, errf("%s: source %s: %v", flag, src, unwrapPathErr(err))
+			}
+			if op.Kind == mounts.DevBind {
+				if err := checkDevice(flag, src, stat); err != nil {
+					return nil, err
+				}
 			}
 		}
 		if op.Kind == mounts.Tmpfs && op.Mode == 0 {

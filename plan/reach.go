@@ -1,6 +1,9 @@
 package plan
 
 import (
+	"io/fs"
+
+	"github.com/claude-sandbox/claude-sandbox/mounts"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
@@ -25,4 +28,26 @@ func hostPorts(p *Plan, ports []netpolicy.HostPort) error {
 		}
 	}
 	return nil
+}
+
+// checkDevice admits a --dev-bind source: a character or block device,
+// or a directory below /dev (/dev/dri, /dev/snd). bubblewrap binds any
+// path with devices on; here the one bind that keeps device access takes
+// only what is meant to be a device, so a mistyped directory cannot open
+// every device node that happens to lie in a tree, and any other
+// directory is --ro-bind's (whose nodes stay closed).
+func checkDevice(flag, src string, stat func(string) (fs.FileInfo, error)) error {
+	fi, err := stat(src)
+	if err != nil {
+		return errf("%s: source %s: %v", flag, src, unwrapPathErr(err))
+	}
+	switch m := fi.Mode(); {
+	case m&fs.ModeDevice != 0:
+		return nil
+	case m.IsDir() && mounts.Within(src, "/dev") && src != "/dev":
+		return nil
+	case m.IsDir():
+		return errf("%s: source %s is a directory outside /dev: give the device nodes themselves (or a directory below /dev such as /dev/dri), and --ro-bind for anything else", flag, src)
+	}
+	return errf("%s: source %s is not a device node: --dev-bind takes character and block devices (e.g. /dev/dri/renderD128) and directories below /dev; use --bind or --ro-bind for files", flag, src)
 }

@@ -52,7 +52,7 @@ type Spec struct {
 	Dir string
 	// Mounts change the filesystem view, in order, after the base view:
 	// the host's root read-only, a private /dev and /proc, an empty /tmp
-	// (and Home), the host's sockets hidden. See [Bind], [ROBind],
+	// (and Home), the host's sockets hidden. See [Bind], [ROBind], [DevBind],
 	// [Tmpfs], [Mask] and [File].
 	Mounts []Mount
 	// Home, when set, gets an empty private tmpfs (as /tmp does).
@@ -115,6 +115,11 @@ func Bind(src, dst string) Mount { return mounts.Op{Kind: mounts.Bind, Src: src,
 // ROBind returns the mount operation that shows the host path src at dst,
 // read-only.
 func ROBind(src, dst string) Mount { return mounts.Op{Kind: mounts.ROBind, Src: src, Dst: dst} }
+
+// DevBind returns the mount operation that shows the host device node
+// src (or a directory below /dev of them, such as /dev/dri) at dst,
+// usable: the one bind without nodev, read-only and nosuid (--dev-bind).
+func DevBind(src, dst string) Mount { return mounts.Op{Kind: mounts.DevBind, Src: src, Dst: dst} }
 
 // Tmpfs returns the mount operation that puts an empty writable tmpfs
 // (mode 0755) at dst.

@@ -34,6 +34,9 @@ type Config struct {
 	// AllowHostPort are ports of the host's loopback the sandbox reaches
 	// at host.internal (the jail's gateway), as --allow-host-port.
 	AllowHostPort []netpolicy.HostPort `json:"allowHostPort,omitempty"`
+	// AllowDevice are host device nodes bound into the sandbox's /dev
+	// (--dev-bind-try), each a path or a glob expanded at launch.
+	AllowDevice []string `json:"allowDevice,omitempty"`
 	// AllowSocket are host Unix sockets the sandbox may connect to
 	// (every other host socket is hidden).
 	AllowSocket []string `json:"allowSocket,omitempty"`
@@ -165,6 +168,15 @@ func (c *Config) set(key, value string, hasValue bool) error {
 			return err
 		}
 		c.AllowHostPort = append(c.AllowHostPort, h)
+	case "allow-device":
+		if err := needValue(); err != nil {
+			return err
+		}
+		p, err := devicePattern(value)
+		if err != nil {
+			return err
+		}
+		c.AllowDevice = append(c.AllowDevice, p)
 	case "allow-socket":
 		if err := needValue(); err != nil {
 			return err
@@ -206,7 +218,7 @@ func (c *Config) set(key, value string, hasValue bool) error {
 			c.PidsLimit = n
 		}
 	default:
-		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-host-port, allow-socket, pass-env, gitlab-host, pids-limit)")
+		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-host-port, allow-device, allow-socket, pass-env, gitlab-host, pids-limit)")
 	}
 	return nil
 }

@@ -228,7 +228,7 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, usagef("--perms: %q is not an octal mode like 0755 or 1777", v)
 			}
 			perms, havePerms = uint32(m), true
-		case "--bind", "--ro-bind", "--bind-try", "--ro-bind-try":
+		case "--bind", "--ro-bind", "--bind-try", "--ro-bind-try", "--dev-bind", "--dev-bind-try":
 			if err := noInline(); err != nil {
 				return nil, err
 			}

@@ -64,6 +64,10 @@ var runOptions = []option{
 	{name: "--ro-bind", args: []string{"SRC", "DST"}, section: secFS, help: "host path SRC at DST, read-only"},
 	{name: "--bind-try", args: []string{"SRC", "DST"}, section: secFS, help: "like --bind, skipped when SRC is missing"},
 	{name: "--ro-bind-try", args: []string{"SRC", "DST"}, section: secFS, help: "like --ro-bind, skipped when SRC is missing"},
+	{name: "--dev-bind", args: []string{"SRC", "DST"}, section: secFS, short: "host device node SRC at DST, usable", help: `host device node SRC (or a directory below /dev,
+e.g. /dev/dri) at DST, usable: read-only, nosuid,
+devices on (every other bind is nodev)`},
+	{name: "--dev-bind-try", args: []string{"SRC", "DST"}, section: secFS, help: "like --dev-bind, skipped when SRC is missing"},
 	{name: "--mask", args: []string{"PATH"}, section: secFS, help: "hide PATH: /dev/null over a file, empty read-only dir"},
 	{name: "--bare", section: secFS, help: "no default tmpfs on /tmp and $HOME"},
 	{name: "--allow-socket", args: []string{"PATH"}, section: secFS, help: `let the command connect to the host Unix socket PATH
