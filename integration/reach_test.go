@@ -1,12 +1,19 @@
 package integration
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 )
@@ -145,5 +152,200 @@ func TestReachDevBind(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// publishRun starts pubserve in the jail with opts, waits for "ready",
+// and returns the launcher's command; closing stdin ends the server.
+func (l *lab) publishRun(t *testing.T, uid int, opts ...string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer) {
+	t.Helper()
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	srv := testutil.Build(t, "./integration/pubserve")
+	argv := append(append([]string{"run"}, opts...), "--", srv, "8000")
+	cmd := l.jailCmd(uid, bin, argv...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the server inside did not start: %q %v; stderr %s", line, err, stderr.String())
+	}
+	return cmd, in, &stderr
+}
+
+// dialIn opens a connection from namespace ns.
+func dialIn(t *testing.T, ns, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := inNetns(ns, func() error {
+		var err error
+		c, err = net.DialTimeout(network, addr, 5*time.Second)
+		return err
+	})
+	return c, err
+}
+
+// echoOver sends msg on c (a line, or a datagram) and checks the answer.
+func echoOver(c net.Conn, msg string) error {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, msg+"\n"); err != nil {
+		return err
+	}
+	buf := make([]byte, 256)
+	n, err := io.ReadAtLeast(c, buf, len("echo:"+msg+"\n"))
+	if err != nil {
+		return err
+	}
+	if got := string(buf[:n]); got != "echo:"+msg+"\n" {
+		return fmt.Errorf("answer %q", got)
+	}
+	return nil
+}
+
+// listenFree reports whether addr can be listened on in namespace ns.
+func listenFree(ns, network, addr string) error {
+	return inNetns(ns, func() error {
+		if network == "udp" {
+			pc, err := net.ListenPacket("udp", addr)
+			if err == nil {
+				pc.Close()
+			}
+			return err
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			ln.Close()
+		}
+		return err
+	})
+}
+
+// --publish: a server inside the jail is reached from the lab host on the
+// published ports (TCP, UDP, connections at once); the default host
+// address is 127.0.0.1, so the lab's other namespace cannot reach it
+// unless 0.0.0.0 is written; the port is freed when the sandbox exits and
+// when the launcher is SIGKILLed; a port in use fails the launch before
+// the command runs.
+func TestReachPublish(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		cmd, stdin, stderr := l.publishRun(t, uid, "--publish", "18080:8000", "--publish", "18053:8000/udp")
+		var wg sync.WaitGroup
+		errs := make(chan error, 40)
+		var conns []net.Conn
+		for i := 0; i < 20; i++ {
+			c, err := dialIn(t, l.host, "tcp", "127.0.0.1:18080")
+			if err != nil {
+				t.Fatalf("connect to the published port: %v (%s)", err, stderr)
+			}
+			conns = append(conns, c)
+		}
+		for i, c := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				for j := 0; j < 5; j++ {
+					if err := echoOver(c, fmt.Sprintf("conn %d line %d", i, j)); err != nil {
+						errs <- fmt.Errorf("tcp conn %d: %v", i, err)
+						return
+					}
+				}
+			}()
+		}
+		for i := 0; i < 3; i++ {
+			u, err := dialIn(t, l.host, "udp", "127.0.0.1:18053")
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer u.Close()
+				if err := echoOver(u, fmt.Sprintf("datagram %d", i)); err != nil {
+					errs <- fmt.Errorf("udp client %d: %v", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		// Published on 127.0.0.1 only: from the lab's world namespace the
+		// host's address does not answer on it.
+		if c, err := dialIn(t, l.world, "tcp", labHostAddr+":18080"); err == nil {
+			c.Close()
+			t.Errorf("the published port answers on %s without 0.0.0.0 written", labHostAddr)
+		}
+		// The sandbox exits: the port is free.
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("launcher: %v (%s)", err, stderr)
+		}
+		if !strings.Contains(stderr.String(), "published 127.0.0.1:18080 to the sandbox's port 8000/tcp") {
+			t.Errorf("exit summary %q does not name the published port", stderr)
+		}
+		for _, a := range [][2]string{{"tcp", "127.0.0.1:18080"}, {"udp", "127.0.0.1:18053"}} {
+			if err := listenFree(l.host, a[0], a[1]); err != nil {
+				t.Errorf("%s %s after the sandbox exited: %v", a[0], a[1], err)
+			}
+		}
+
+		// 0.0.0.0 written: reached from the world namespace too; then a
+		// SIGKILLed launcher frees the port.
+		cmd, _, stderr = l.publishRun(t, uid, "--publish", "0.0.0.0:18080:8000")
+		c, err := dialIn(t, l.world, "tcp", labHostAddr+":18080")
+		if err != nil {
+			t.Fatalf("0.0.0.0:18080 from the world namespace: %v (%s)", err, stderr)
+		}
+		if err := echoOver(c, "from the world"); err != nil {
+			t.Error(err)
+		}
+		c.Close()
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+		if err := listenFree(l.host, "tcp", "0.0.0.0:18080"); err != nil {
+			t.Errorf("0.0.0.0:18080 after SIGKILL of the launcher: %v", err)
+		}
+
+		// A host port in use: refused before the command runs.
+		var busy net.Listener
+		if err := inNetns(l.host, func() error {
+			var err error
+			busy, err = net.Listen("tcp", "127.0.0.1:18081")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer busy.Close()
+		bin := testutil.Build(t, "./cmd/claude-sandbox")
+		r := testutil.Run(t, l.jailCmd(uid, bin, "run", "--publish", "18081:8000", "--", "/bin/echo", "started"))
+		if r.Code != 125 || strings.Contains(r.Stdout, "started") || !strings.Contains(r.Stderr, "in use") || !strings.Contains(r.Stderr, "--publish 127.0.0.1:18081:8000/tcp") {
+			t.Errorf("a published port in use: %v, want 125 naming the port before anything runs", r)
+		}
+	})
+}
+
+// --publish needs the jail: with --net=host or --net=none it is refused
+// at once, naming why.
+func TestReachPublishNeedsJail(t *testing.T) {
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	for _, n := range []string{"host", "none"} {
+		r := testutil.Run(t, testutil.As(os.Geteuid(), nil, bin, "run", "--net="+n, "--publish", "18080:8000", "--", "/bin/echo", "started"))
+		if r.Code != 2 || strings.Contains(r.Stdout, "started") || !strings.Contains(r.Stderr, "--publish needs --net=jail") {
+			t.Errorf("--net=%s --publish: %v", n, r)
+		}
 	}
 }

@@ -54,6 +54,10 @@ type Options struct {
 	// through the gateway (--allow-host-port); every other gateway port
 	// is refused and recorded.
 	HostPorts []netpolicy.HostPort
+	// Publish are the published ports' host sockets (Listen): each
+	// connection or client is relayed into the sandbox's port. Close
+	// closes them.
+	Publish []*Published
 	// MaxRelayMemory bounds the TCP relay's buffers across all flows, in
 	// bytes; 0: userstack.DefaultMaxRelayMemory.
 	MaxRelayMemory int
@@ -73,6 +77,7 @@ type Jail struct {
 	log    *netpolicy.JSONLWriter
 	failed chan error
 	once   sync.Once
+	pubWG  sync.WaitGroup // the published ports' serving goroutines
 
 	// The live policy (live_linux.go).
 	upd          sync.Mutex // one refresh at a time
@@ -139,6 +144,7 @@ func (j *Jail) Attach(devs []*os.File) error {
 		VirtualDNS: []netipAddr{j.setup.Gateway},
 		Upstreams:  j.setup.Upstreams,
 		HostPorts:  j.opts.HostPorts,
+		Inbound:    len(j.opts.Publish) > 0,
 		OnBlock:    j.record,
 		Pinger:     userstack.HostPinger{},
 		// Evictions are logged in the block log's format but are not
@@ -168,6 +174,7 @@ func (j *Jail) Attach(devs []*os.File) error {
 	j.mu.Unlock()
 	sk := &sink{dev: sinkDev, pol: j.setup.Policy, record: j.record}
 	go sk.run()
+	j.servePublished(st)
 	return nil
 }
 
@@ -217,12 +224,16 @@ func (j *Jail) Blocked() int {
 func (j *Jail) Close() {
 	j.once.Do(func() {
 		j.closed.Store(true)
+		for _, p := range j.opts.Publish {
+			p.Close()
+		}
 		j.mu.Lock()
 		st := j.stack
 		j.mu.Unlock()
 		if st != nil {
 			st.Close()
 		}
+		j.pubWG.Wait()
 		if j.sink != nil {
 			j.sink.Close()
 		}

@@ -1,6 +1,7 @@
 package netpolicy
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -33,6 +34,28 @@ func TestAllowLoopbackRefused(t *testing.T) {
 	for _, in := range []string{"10.1.2.3", "128.0.0.0/8", "::2", "fd00::/8"} {
 		if _, err := ParseAllow(in); err != nil {
 			t.Errorf("ParseAllow(%q): %v", in, err)
+		}
+	}
+}
+
+func TestParsePublish(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	for in, want := range map[string]Publish{
+		"8080:80":              {lo, 8080, 80, ProtoTCP},
+		"8080:80/tcp":          {lo, 8080, 80, ProtoTCP},
+		"5353:53/udp":          {lo, 5353, 53, ProtoUDP},
+		"0.0.0.0:8080:80":      {netip.IPv4Unspecified(), 8080, 80, ProtoTCP},
+		"[::1]:8080:80":        {netip.IPv6Loopback(), 8080, 80, ProtoTCP},
+		"192.0.2.2:9000:9/UDP": {netip.MustParseAddr("192.0.2.2"), 9000, 9, ProtoUDP},
+	} {
+		got, err := ParsePublish(in)
+		if err != nil || got != want {
+			t.Errorf("ParsePublish(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "80", "0:80", "80:0", "x:80", "::1:80:80", "1.2.3:80:80", "80:80/sctp", "224.0.0.1:80:80", "70000:80"} {
+		if got, err := ParsePublish(in); err == nil {
+			t.Errorf("ParsePublish(%q) = %v, want an error", in, got)
 		}
 	}
 }

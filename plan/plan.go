@@ -137,6 +137,9 @@ type Egress struct {
 	// named host.internal in the sandbox's /etc/hosts).
 	HostPorts   []netpolicy.HostPort `json:"hostPorts,omitempty"`
 	HostAddress *netip.Addr          `json:"hostAddress,omitempty"`
+	// Publish are the published ports (--publish): the launcher listens
+	// on the host and relays into the sandbox's port.
+	Publish []netpolicy.Publish `json:"publish,omitempty"`
 }
 
 // Options is what a caller asks for; Build turns it into a Plan.
@@ -148,6 +151,9 @@ type Options struct {
 	// HostPorts are host loopback ports reached through the jail's
 	// gateway (Net == NetJail only).
 	HostPorts []netpolicy.HostPort
+	// Publish are ports of the sandbox published on the host (Net ==
+	// NetJail only).
+	Publish []netpolicy.Publish
 	// Late are operations applied after the caller's own (the jail's
 	// resolv.conf), so no user operation can cover them.
 	Late []mounts.Op
@@ -226,6 +232,9 @@ func Build(opts Options) (*Plan, error) {
 		return nil, errf("--allow-ip and --allow-cidr apply to the egress jail (--net=jail), not --net=%s", p.Net)
 	}
 	if err := hostPorts(p, opts.HostPorts); err != nil {
+		return nil, err
+	}
+	if err := publish(p, opts.Publish); err != nil {
 		return nil, err
 	}
 	if opts.Hostname != "" && !validHostname(opts.Hostname) {

@@ -51,3 +51,36 @@ func checkDevice(flag, src string, stat func(string) (fs.FileInfo, error)) error
 	}
 	return errf("%s: source %s is not a device node: --dev-bind takes character and block devices (e.g. /dev/dri/renderD128) and directories below /dev; use --bind or --ro-bind for files", flag, src)
 }
+
+// publish puts the published ports in p's egress: only the jail has a
+// path into the sandbox's network from the launcher (with --net=host a
+// server inside listens on the host already; --net=none has no network
+// to reach).
+func publish(p *Plan, pubs []netpolicy.Publish) error {
+	if len(pubs) == 0 {
+		return nil
+	}
+	switch p.Net {
+	case NetHost:
+		return errf("--publish needs --net=jail: with --net=host the command's servers listen on the host already")
+	case NetNone:
+		return errf("--publish needs --net=jail: --net=none has no network a connection could come in on")
+	}
+	type hostSide struct {
+		proto netpolicy.Proto
+		port  uint16
+	}
+	seen := map[hostSide]netpolicy.Publish{}
+	for _, pb := range pubs {
+		if pb.HostPort == 0 || pb.Port == 0 || !pb.HostAddr.IsValid() || (pb.Proto != netpolicy.ProtoTCP && pb.Proto != netpolicy.ProtoUDP) {
+			return errf("--publish %s: want [HOSTADDR:]HOSTPORT:PORT[/udp] with ports from 1 to 65535", pb)
+		}
+		k := hostSide{pb.Proto, pb.HostPort}
+		if old, ok := seen[k]; ok {
+			return errf("--publish %s: host port %d/%s is already published (%s)", pb, pb.HostPort, pb.Proto, old)
+		}
+		seen[k] = pb
+		p.Egress.Publish = append(p.Egress.Publish, pb)
+	}
+	return nil
+}

@@ -76,6 +76,13 @@ type Spec struct {
 	// connection to the gateway's port reaches 127.0.0.1 on the host.
 	// Every other gateway port stays refused and reported. NetJail only.
 	HostPorts []netpolicy.HostPort
+	// Publish are ports of the command published on the host, as
+	// --publish does: Start listens on each HostAddr:HostPort (failing
+	// when one is in use) and relays every connection, or each client's
+	// datagrams, to the command's Port at Addresses().Addr4 (the server
+	// must listen there or on 0.0.0.0). The sockets close when the
+	// sandbox ends. NetJail only.
+	Publish []netpolicy.Publish
 	// AllowDomains is reserved for allowing destinations by name, which
 	// the jail does not do yet: Start refuses a non-empty list rather
 	// than run with a policy other than the one asked for.
@@ -176,6 +183,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		Net:       spec.Net,
 		Allow:     spec.Allow,
 		HostPorts: spec.HostPorts,
+		Publish:   spec.Publish,
 		Ops:       spec.Mounts,
 		Bare:      spec.Bare,
 		Chdir:     spec.Dir,
@@ -201,6 +209,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	s := &Sandbox{done: make(chan struct{}), ev: newEventQueue(spec.OnEvent)}
 	nopts := nsexec.Options{TTY: nsexec.TTYAuto, Warn: warn, StageExe: exe}
 	var setup *jail.Setup
+	var jopts jail.Options
 	if opts.Net == "" || opts.Net == plan.NetJail {
 		facts, err := jail.DiscoverHost("/etc/resolv.conf")
 		if err != nil {
@@ -221,20 +230,37 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 			opts.Late = append(opts.Late, jail.HostsFile(string(hosts), setup.Gateway))
 		}
 		s.addrs = Addresses{Addr4: setup.Addr4, Addr6: setup.Addr6, Gateway: setup.Gateway}
-		nopts.Jail = jail.New(setup, jail.Options{OnBlock: s.ev.block, OnChange: s.ev.change, HostPorts: spec.HostPorts})
+		jopts = jail.Options{OnBlock: s.ev.block, OnChange: s.ev.change, HostPorts: spec.HostPorts}
 	}
 	p, err := plan.Build(opts)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
+	if setup != nil {
+		if len(p.Egress.Publish) > 0 {
+			if jopts.Publish, err = jail.Listen(p.Egress.Publish); err != nil {
+				return nil, fmt.Errorf("sandbox: %w", err)
+			}
+		}
+		nopts.Jail = jail.New(setup, jopts)
+	}
+	// A launch that fails before the jail attaches leaves the published
+	// sockets open: close them (a second Close does nothing).
+	closePublished := func() {
+		for _, pb := range jopts.Publish {
+			pb.Close()
+		}
+	}
 	st, err := newStdio(spec.Stdin, spec.Stdout, spec.Stderr)
 	if err != nil {
+		closePublished()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	nopts.Stdin, nopts.Stdout, nopts.Stderr = st.files[0], st.files[1], st.files[2]
 	pr, err := nsexec.Start(ctx, p, nopts)
 	st.started()
 	if err != nil {
+		closePublished()
 		st.wait()
 		s.ev.close()
 		return nil, err

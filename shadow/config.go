@@ -34,6 +34,9 @@ type Config struct {
 	// AllowHostPort are ports of the host's loopback the sandbox reaches
 	// at host.internal (the jail's gateway), as --allow-host-port.
 	AllowHostPort []netpolicy.HostPort `json:"allowHostPort,omitempty"`
+	// Publish are ports of the session published on the host, as
+	// --publish ([HOSTADDR:]HOSTPORT:PORT[/udp]).
+	Publish []netpolicy.Publish `json:"publish,omitempty"`
 	// AllowDevice are host device nodes bound into the sandbox's /dev
 	// (--dev-bind-try), each a path or a glob expanded at launch.
 	AllowDevice []string `json:"allowDevice,omitempty"`
@@ -168,6 +171,15 @@ func (c *Config) set(key, value string, hasValue bool) error {
 			return err
 		}
 		c.AllowHostPort = append(c.AllowHostPort, h)
+	case "publish":
+		if err := needValue(); err != nil {
+			return err
+		}
+		pb, err := netpolicy.ParsePublish(value)
+		if err != nil {
+			return err
+		}
+		c.Publish = append(c.Publish, pb)
 	case "allow-device":
 		if err := needValue(); err != nil {
 			return err
@@ -218,7 +230,7 @@ func (c *Config) set(key, value string, hasValue bool) error {
 			c.PidsLimit = n
 		}
 	default:
-		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-host-port, allow-device, allow-socket, pass-env, gitlab-host, pids-limit)")
+		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-host-port, publish, allow-device, allow-socket, pass-env, gitlab-host, pids-limit)")
 	}
 	return nil
 }

@@ -384,6 +384,7 @@ func Build(in Inputs) (*Launch, error) {
 		Net:       net,
 		Allow:     cfg.AllowIP,
 		HostPorts: cfg.AllowHostPort,
+		Publish:   cfg.Publish,
 		// Every host socket but these is hidden by plan.Build.
 		AllowSockets: cfg.AllowSocket,
 		Ops:          ops,
@@ -399,7 +400,7 @@ func Build(in Inputs) (*Launch, error) {
 		PidsLimit: cfg.PidsLimit,
 	}
 	if !cfg.EgressJail {
-		l.Options.Allow, l.Options.HostPorts = nil, nil
+		l.Options.Allow, l.Options.HostPorts, l.Options.Publish = nil, nil, nil
 	}
 	return l, nil
 }

@@ -22,14 +22,7 @@ func (st *Stack) hostPortTarget(proto netpolicy.Proto, dst netip.AddrPort) (neti
 		return netip.AddrPort{}, false
 	}
 	a := dst.Addr().Unmap()
-	gw := false
-	for _, g := range st.cfg.Gateways {
-		if g.Unmap() == a {
-			gw = true
-			break
-		}
-	}
-	if !gw {
+	if !st.isGateway(a) {
 		return netip.AddrPort{}, false
 	}
 	for _, h := range st.cfg.HostPorts {

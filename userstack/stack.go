@@ -95,6 +95,10 @@ type Config struct {
 	// them is relayed to 127.0.0.1 (an IPv6 gateway: [::1]) on the host
 	// side, without a policy check. Every other gateway port is refused.
 	HostPorts []netpolicy.HostPort
+	// Inbound lets DialSandbox open connections from a gateway into the
+	// sandbox (publish.go): every packet to a gateway then takes gVisor's
+	// path, where those connections' endpoints are.
+	Inbound bool
 	// OnBlock, if set, is called (synchronously, keep it short) for every
 	// refused flow.
 	OnBlock func(netpolicy.Block)
@@ -253,6 +257,9 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	s.SetTransportProtocolHandler(icmp.ProtocolNumber6, st.handleICMP6)
 	if t, ok := ep.(*TUN); ok {
 		t.tcp, t.udp, t.poll = st.tcpInput, st.udpInput, poll
+		if cfg.Inbound {
+			t.toStack = st.isGateway
+		}
 	}
 	fail := func(err error) (*Stack, error) {
 		s.Close()

@@ -158,6 +158,16 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, usagef("--allow-host-port: %v", err)
 			}
 			r.opts.HostPorts = append(r.opts.HostPorts, h)
+		case "--publish":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			pb, err := netpolicy.ParsePublish(v)
+			if err != nil {
+				return nil, usagef("--publish: %v", err)
+			}
+			r.opts.Publish = append(r.opts.Publish, pb)
 		case "--allow-socket":
 			v, err := value()
 			if err != nil {

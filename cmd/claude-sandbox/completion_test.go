@@ -115,7 +115,7 @@ func TestRunParserMatchesTable(t *testing.T) {
 		"--perms": {"0700", "--tmpfs", "/t"}, "--net": {"none"}, "--allow-ip": {"10.0.0.1"},
 		"--allow-cidr": {"10.0.0.0/8"}, "--pids-limit": {"300"}, "--setenv": {"A", "1"},
 		"--json-status-fd": {"2"}, "--json-status-blocked": {"--json-status-fd", "2"}, "--udp-flows": {"64"}, "--udp-idle-timeout": {"3m"},
-		"--allow-host-port": {"8080"},
+		"--allow-host-port": {"8080"}, "--publish": {"8080:80"},
 	}
 	for _, o := range runOptions {
 		args := sample[o.name]

@@ -222,6 +222,14 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 		jo := jail.Options{Summary: stderr, MaxUDPFlows: x.udpFlows, UDPIdleTimeout: x.udpIdle, Warn: func(m string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", m) }}
 		jo.HostPorts = p.Egress.HostPorts
+		if len(p.Egress.Publish) > 0 {
+			// Before the sandbox starts: a port in use fails the launch.
+			pubs, err := jail.Listen(p.Egress.Publish)
+			if err != nil {
+				return fail(nsexec.ExitSetup, "claude-sandbox %s: %v", verb, err)
+			}
+			jo.Publish = pubs
+		}
 		if sw != nil {
 			jo.OnBlock = sw.block
 		}

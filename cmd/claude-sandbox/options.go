@@ -106,6 +106,11 @@ none: an empty network namespace with only lo`},
 (repeatable; TCP unless /udp) at the jail's gateway
 address, named host.internal in its /etc/hosts;
 every other host loopback port stays blocked`},
+	{name: "--publish", args: []string{"[HOSTADDR:]HOSTPORT:PORT[/udp]"}, section: secNet, short: "relay the host's HOSTPORT to the sandbox's PORT", help: `listen on the host at HOSTADDR:HOSTPORT (default
+127.0.0.1; 0.0.0.0 only when written) and relay
+each connection (TCP unless /udp) to the sandbox's
+PORT; the server inside must listen on 0.0.0.0 or
+the sandbox's address (repeatable; --net=jail only)`},
 	{name: "--log-blocked", args: []string{"FILE"}, section: secNet, help: `append every blocked flow to FILE as a JSON line
 (otherwise a summary is printed when the command ends)`},
 	{name: "--udp-flows", args: []string{"N"}, section: secNet, help: `at most N UDP flows at once (default 512); at the cap

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 
@@ -44,6 +45,16 @@ func openings(p *plan.Plan) string {
 			via = fmt.Sprintf("%s (%s)", jail.HostInternal, p.Egress.HostAddress)
 		}
 		parts = append(parts, fmt.Sprintf("host loopback port %s reachable at %s", strings.Join(ports, ", "), via))
+	}
+	if p.Egress != nil {
+		for _, pb := range p.Egress.Publish {
+			parts = append(parts, fmt.Sprintf("published %s to the sandbox's port %d/%s", netip.AddrPortFrom(pb.HostAddr, pb.HostPort), pb.Port, pb.Proto))
+		}
+	}
+	for _, op := range p.Mounts {
+		if op.Kind == mounts.DevBind {
+			parts = append(parts, fmt.Sprintf("device %s at %s", op.Src, op.Dst))
+		}
 	}
 	if len(parts) == 0 {
 		return ""
