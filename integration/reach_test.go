@@ -349,3 +349,43 @@ func TestReachPublishNeedsJail(t *testing.T) {
 		}
 	}
 }
+
+// verify inside a sandbox with every kind of opening: a line each (OPEN),
+// and P32 (host loopback through the gateway) still BLOCKED with a server
+// on an allowed port (8080, which it would otherwise try) and one on a
+// port that is not allowed (5432).
+func TestReachVerify(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.echoTCP(l.host, "127.0.0.1:8080")
+		l.echoTCP(l.host, "127.0.0.1:5432")
+		bin := testutil.Build(t, "./cmd/claude-sandbox")
+		vp := testutil.Build(t, "./integration/verifyprobe")
+		dir := testutil.MkdirFor(t, 0)
+		run := func(args ...string) testutil.Result {
+			inner := fmt.Sprintf("mount -t tmpfs none /dev/net && mknod -m 666 /dev/net/tun c 10 200 && mount -t tmpfs -o mode=0755 none %[1]s && mknod -m 666 %[1]s/null2 c 1 3 && exec setpriv --reuid=%[2]d --regid=%[2]d --clear-groups -- \"$@\"", dir, uid)
+			argv := append([]string{"netns", "exec", l.host, "sh", "-c", inner, "sh", bin, "run", "--allow-host-port", "8080", "--publish", "18080:8000", "--dev-bind", dir + "/null2", "/dev/null2", "--"}, args...)
+			cmd := exec.Command("ip", argv...)
+			cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/"}
+			cmd.Dir = "/"
+			return testutil.Run(t, cmd)
+		}
+		r := run(vp, "openings")
+		want := []string{
+			"P90 OPEN host loopback port 8080/tcp: reachable at host.internal (" + labGateway + ")",
+			"P91 OPEN published port 127.0.0.1:18080:8000/tcp:",
+			"P92 OPEN device /dev/null2: /dev/null2 (character device 1:3)",
+		}
+		for _, w := range want {
+			if !strings.Contains(r.Stdout, w) {
+				t.Errorf("verify's openings lack %q: %v", w, r)
+			}
+		}
+		if n := strings.Count(r.Stdout, "\n"); n != 3 {
+			t.Errorf("%d opening lines, want 3: %v", n, r)
+		}
+		r = run(vp, "-jail", "P32")
+		if !strings.HasPrefix(r.Stdout, "BLOCKED") || strings.Contains(r.Stdout, ":8080") {
+			t.Errorf("P32 with 8080 allowed: %v, want BLOCKED without trying 8080", r)
+		}
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
 // HostInternal is the name the sandbox's /etc/hosts gives the jail's
@@ -13,11 +14,16 @@ import (
 // connection to host.internal:PORT reaches the host's 127.0.0.1:PORT.
 const HostInternal = "host.internal"
 
+// HostsMarker starts the comment of the sandbox's /etc/hosts that lists
+// the allowed host loopback ports ("... 11434/tcp 5353/udp").
+const HostsMarker = "# claude-sandbox: host.internal is the host's loopback on the ports (--allow-host-port):"
+
 // HostsFile returns the sandbox's /etc/hosts: the host's entries (hosts,
-// its content, as read) with any earlier host.internal line dropped, and
-// a line naming gw host.internal. The plan shows it (plan --json); nothing
+// its content, as read) with any earlier host.internal line dropped, a
+// comment naming the allowed ports (HostsMarker; verify reads it), and a
+// line naming gw host.internal. The plan shows it (plan --json); nothing
 // is written on the host.
-func HostsFile(hosts string, gw netip.Addr) mounts.Op {
+func HostsFile(hosts string, gw netip.Addr, ports []netpolicy.HostPort) mounts.Op {
 	var b strings.Builder
 	for _, l := range strings.SplitAfter(hosts, "\n") {
 		if l == "" {
@@ -38,6 +44,10 @@ func HostsFile(hosts string, gw netip.Addr) mounts.Op {
 			b.WriteString("\n")
 		}
 	}
-	fmt.Fprintf(&b, "# written by claude-sandbox: the host's loopback ports allowed with --allow-host-port\n%s\t%s\n", gw, HostInternal)
+	b.WriteString(HostsMarker)
+	for _, p := range ports {
+		b.WriteString(" " + p.String())
+	}
+	fmt.Fprintf(&b, "\n%s\t%s\n", gw, HostInternal)
 	return mounts.Op{Kind: mounts.File, Dst: "/etc/hosts", Data: b.String(), Mode: 0o644}
 }

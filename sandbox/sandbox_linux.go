@@ -227,7 +227,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 			if err != nil && !os.IsNotExist(err) {
 				return nil, fmt.Errorf("sandbox: HostPorts: %w", err)
 			}
-			opts.Late = append(opts.Late, jail.HostsFile(string(hosts), setup.Gateway))
+			opts.Late = append(opts.Late, jail.HostsFile(string(hosts), setup.Gateway, spec.HostPorts))
 		}
 		s.addrs = Addresses{Addr4: setup.Addr4, Addr6: setup.Addr6, Gateway: setup.Gateway}
 		jopts = jail.Options{OnBlock: s.ev.block, OnChange: s.ev.change, HostPorts: spec.HostPorts}

@@ -181,12 +181,16 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 		opts.Late = append(opts.Late, setup.ResolvConf)
 		if len(opts.HostPorts) > 0 {
-			op, err := hostsFile(setup)
+			op, err := hostsFile(setup, opts.HostPorts)
 			if err != nil {
 				return fail(nsexec.ExitSetup, "claude-sandbox %s: --allow-host-port: %v", verb, err)
 			}
 			opts.Late = append(opts.Late, op)
 		}
+	}
+	if len(opts.Publish) > 0 {
+		// The command (and verify) can tell what is published.
+		opts.SetEnv = append(opts.SetEnv, [2]string{verify.PublishedEnv, publishedEnv(opts.Publish)})
 	}
 	opts.HostRoot = nsexec.CallerIsHostRoot()
 	if opts.PidsLimit < 0 && !dryRun {

@@ -8,12 +8,13 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/plan"
 )
 
 // hostsFile is the sandbox's /etc/hosts when host loopback ports are
 // allowed: the host's entries and host.internal, the jail's gateway.
-func hostsFile(setup *jail.Setup) (mounts.Op, error) {
+func hostsFile(setup *jail.Setup, ports []netpolicy.HostPort) (mounts.Op, error) {
 	f, err := os.Open("/etc/hosts")
 	var hosts string
 	switch {
@@ -27,7 +28,7 @@ func hostsFile(setup *jail.Setup) (mounts.Op, error) {
 	default:
 		return mounts.Op{}, fmt.Errorf("read /etc/hosts: %v", err)
 	}
-	return jail.HostsFile(hosts, setup.Gateway), nil
+	return jail.HostsFile(hosts, setup.Gateway, ports), nil
 }
 
 // openings is the exit summary's line of what the sandbox was let reach
@@ -60,4 +61,14 @@ func openings(p *plan.Plan) string {
 		return ""
 	}
 	return "openings: " + strings.Join(parts, "; ")
+}
+
+// publishedEnv is the value of verify.PublishedEnv: the published ports,
+// space-separated, as --publish spells them in full.
+func publishedEnv(pubs []netpolicy.Publish) string {
+	var out []string
+	for _, p := range pubs {
+		out = append(out, p.String())
+	}
+	return strings.Join(out, " ")
 }
