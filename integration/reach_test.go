@@ -31,12 +31,18 @@ func TestReachHostPort(t *testing.T) {
 		l.echoUDP(l.host, "127.0.0.1:5353")
 		l.echoUDP(l.host, "127.0.0.1:5354")
 		l.echoUDP(l.host, "127.0.0.1:8080")
-		allow := []string{"--allow-host-port", "8080", "--allow-host-port", "5353/udp"}
+		// Servers on the host's ::1 only (a "localhost" that resolves
+		// to ::1 first): reached too.
+		l.echoTCP(l.host, "[::1]:8082")
+		l.echoUDP(l.host, "[::1]:5355")
+		allow := []string{"--allow-host-port", "8080", "--allow-host-port", "5353/udp", "--allow-host-port", "8082", "--allow-host-port", "5355/udp"}
 		for _, c := range [][]string{
 			{"tcp", labGateway + ":8080"},
 			{"tcp", "host.internal:8080"},
 			{"udp", labGateway + ":5353"},
 			{"udp", "host.internal:5353"},
+			{"tcp", "host.internal:8082"},
+			{"udp", "host.internal:5355"},
 		} {
 			if got, r := l.probeIn(uid, allow, c...); got != "ok" {
 				t.Errorf("%v with %v: %s, want ok (%v)", c, allow, got, r)
@@ -72,7 +78,7 @@ func TestReachHostPort(t *testing.T) {
 		}
 		// The exit summary names the opening.
 		_, r := l.probeIn(uid, allow, "tcp", labGateway+":8080")
-		if !strings.Contains(r.Stderr, "host loopback port 8080/tcp, 5353/udp") || !strings.Contains(r.Stderr, labGateway) {
+		if !strings.Contains(r.Stderr, "host loopback port 8080/tcp, 5353/udp, 8082/tcp, 5355/udp") || !strings.Contains(r.Stderr, labGateway) {
 			t.Errorf("exit summary %q does not name the opening", r.Stderr)
 		}
 	})

@@ -164,6 +164,8 @@ type Stack struct {
 	// socket (the stack's own, or a PacketListener's), not a Dialer's
 	// connected conn per destination.
 	eimUDP bool
+	// hostLo caches which loopback each host port leads to (hostport.go).
+	hostLo sync.Map
 
 	// The relay's memory budget (mem.go).
 	memBudget    int64
