@@ -326,6 +326,37 @@ func TestReachPublish(t *testing.T) {
 			t.Errorf("0.0.0.0:18080 after SIGKILL of the launcher: %v", err)
 		}
 
+		// A server inside on 127.0.0.1 only is not reached (connections
+		// arrive at the sandbox's address): the client is reset and the
+		// launcher says why, once.
+		bin0 := testutil.Build(t, "./cmd/claude-sandbox")
+		cmd = l.jailCmd(uid, bin0, "run", "--publish", "18082:8001", "--", testutil.Build(t, "./integration/pubserve"), "8001", "127.0.0.1")
+		in0, _ := cmd.StdinPipe()
+		out0, _ := cmd.StdoutPipe()
+		var stderr0 bytes.Buffer
+		cmd.Stderr = &stderr0
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(out0).ReadString('\n'); err != nil || line != "ready\n" {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("loopback-only server: %q %v %s", line, err, stderr0.String())
+		}
+		for i := 0; i < 2; i++ {
+			if c, err := dialIn(t, l.host, "tcp", "127.0.0.1:18082"); err == nil {
+				if echoOver(c, "x") == nil {
+					t.Error("a server on the sandbox's 127.0.0.1 answered through --publish")
+				}
+				c.Close()
+			}
+		}
+		in0.Close()
+		_ = cmd.Wait()
+		if n := strings.Count(stderr0.String(), "must listen on 0.0.0.0"); n != 1 {
+			t.Errorf("the hint for a loopback-only server appears %d times, want once: %s", n, stderr0.String())
+		}
+
 		// A host port in use: refused before the command runs.
 		var busy net.Listener
 		if err := inNetns(l.host, func() error {

@@ -83,7 +83,7 @@ func (p *Published) serve(st *userstack.Stack, addr netip.Addr, idle time.Durati
 				c, err := p.tcp.Accept()
 				if err != nil {
 					if !errors.Is(err, net.ErrClosed) {
-						logf("publish %s: accept: %v", p.Publish, err)
+						logf("accept: %v", err)
 					}
 					return
 				}
@@ -107,7 +107,7 @@ func relayTCP(st *userstack.Stack, c net.Conn, dst netip.AddrPort, logf func(str
 	sc, err := st.DialSandbox(ctx, netpolicy.ProtoTCP, dst)
 	cancel()
 	if err != nil {
-		logf("publish: %s -> sandbox %s: %v", c.RemoteAddr(), dst, err)
+		logf("a connection from %s to the sandbox's %s failed: %v", c.RemoteAddr(), dst, err)
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetLinger(0) // the client sees a reset, as from a closed port
 		}
@@ -153,7 +153,7 @@ func relayUDP(st *userstack.Stack, pc net.PacketConn, dst netip.AddrPort, idle t
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
-				logf("publish udp %s: %v", pc.LocalAddr(), err)
+				logf("read: %v", err)
 			}
 			return
 		}
@@ -164,7 +164,7 @@ func relayUDP(st *userstack.Stack, pc net.PacketConn, dst netip.AddrPort, idle t
 			sc, err := st.DialSandbox(context.Background(), netpolicy.ProtoUDP, dst)
 			if err != nil {
 				mu.Unlock()
-				logf("publish: udp %s -> sandbox %s: %v", from, dst, err)
+				logf("datagrams from %s to the sandbox's %s: %v", from, dst, err)
 				continue
 			}
 			c = &client{conn: sc}
@@ -201,7 +201,7 @@ func relayUDP(st *userstack.Stack, pc net.PacketConn, dst netip.AddrPort, idle t
 		c.last = time.Now()
 		mu.Unlock()
 		if _, err := c.conn.Write(buf[:n]); err != nil {
-			logf("publish: udp %s -> sandbox %s: %v", from, dst, err)
+			logf("datagram from %s to the sandbox's %s: %v", from, dst, err)
 		}
 	}
 }
@@ -213,8 +213,20 @@ func (j *Jail) servePublished(st *userstack.Stack) {
 	if idle <= 0 {
 		idle = userstack.DefaultUDPIdleTimeout
 	}
-	logf := func(string, ...any) {}
 	for _, p := range j.opts.Publish {
+		var once sync.Once
+		pb := p.Publish
+		// The first failure of each port is worth a word: most often the
+		// server inside listens on 127.0.0.1 only, which the relay, coming
+		// in at the sandbox's address, cannot reach.
+		logf := func(format string, a ...any) {
+			if j.opts.Warn == nil {
+				return
+			}
+			once.Do(func() {
+				j.opts.Warn(fmt.Sprintf("--publish %s: %s (a server inside must listen on 0.0.0.0 or %s, not 127.0.0.1; later failures are not reported)", pb, fmt.Sprintf(format, a...), j.setup.Addr4.Addr()))
+			})
+		}
 		p.serve(st, j.setup.Addr4.Addr(), idle, logf, &j.pubWG)
 	}
 }

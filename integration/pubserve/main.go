@@ -2,6 +2,7 @@
 // tests: a line echo over TCP and a datagram echo over UDP on the port
 // given, on every address (0.0.0.0), each answer prefixed with "echo:".
 // It prints "ready" once both listen and serves until its stdin closes.
+// A second argument is the address to listen on instead (127.0.0.1).
 package main
 
 import (
@@ -13,16 +14,20 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: pubserve PORT")
+	if len(os.Args) != 2 && len(os.Args) != 3 {
+		fmt.Fprintln(os.Stderr, "usage: pubserve PORT [ADDR]")
 		os.Exit(2)
 	}
-	ln, err := net.Listen("tcp4", "0.0.0.0:"+os.Args[1])
+	addr := "0.0.0.0"
+	if len(os.Args) == 3 {
+		addr = os.Args[2]
+	}
+	ln, err := net.Listen("tcp4", addr+":"+os.Args[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	pc, err := net.ListenPacket("udp4", "0.0.0.0:"+os.Args[1])
+	pc, err := net.ListenPacket("udp4", addr+":"+os.Args[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
