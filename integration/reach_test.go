@@ -426,3 +426,28 @@ func TestReachVerify(t *testing.T) {
 		}
 	})
 }
+
+// The embedding API's Spec.HostPorts: examples/embed -host-port reaches
+// the lab host's loopback server at host.internal; the gateway's other
+// ports stay blocked and are reported as events.
+func TestReachEmbedHostPort(t *testing.T) {
+	bin := testutil.Build(t, "./examples/embed")
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.echoTCP(l.host, "127.0.0.1:8080")
+		l.echoTCP(l.host, "127.0.0.1:8081")
+		dir := testutil.MkdirFor(t, uid)
+		r := testutil.Run(t, l.jailCmd(uid, bin, "-dir", dir, "-dial", "host.internal:8080,"+labGateway+":8081", "-host-port", "8080"))
+		if r.Code != 0 {
+			t.Fatalf("examples/embed: %v", r)
+		}
+		for _, want := range []string{
+			"inside: host.internal:8080: connected\n",
+			"blocked: tcp " + labGateway + ":8081 (",
+			"inside: " + labGateway + ":8081: dial tcp " + labGateway + ":8081: connect: connection refused\n",
+		} {
+			if !strings.Contains(r.Stdout, want) {
+				t.Errorf("output lacks %q:\n%v", want, r)
+			}
+		}
+	})
+}
