@@ -150,6 +150,17 @@ func TestReachDevBind(t *testing.T) {
 			if strings.Contains(r.Stdout, "wrote") {
 				t.Errorf("a --bind of a device node opened it: %v", r)
 			}
+			// A node on a nodev mount cannot open inside: refused
+			// before the command runs, saying why.
+			nodev := testutil.MkdirFor(t, 0)
+			inner := fmt.Sprintf("mount -t tmpfs -o mode=0755,nodev none %[1]s && mknod -m 666 %[1]s/null3 c 1 3 && exec setpriv --reuid=%[2]d --regid=%[2]d --clear-groups -- \"$@\"", nodev, uid)
+			cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", inner, "sh", bin, "run", "--net=none", "--dev-bind", nodev+"/null3", "/dev/null3", "--", "echo", "started")
+			cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/"}
+			cmd.Dir = "/"
+			r = testutil.Run(t, cmd)
+			if r.Code != 125 || strings.Contains(r.Stdout, "started") || !strings.Contains(r.Stderr, "nodev mount") {
+				t.Errorf("--dev-bind from a nodev mount: %v, want 125 naming nodev", r)
+			}
 			// Not a device node: refused at parse time, nothing runs.
 			for _, src := range []string{dir + "/plain", dir, "/etc"} {
 				r = testutil.Run(t, devCmd(t, uid, dir, bin, "run", "--net=none", "--dev-bind", src, "/dev/x", "--", "echo", "started"))

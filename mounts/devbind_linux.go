@@ -35,6 +35,13 @@ func (b *builder) devBind(op Op) error {
 	default:
 		return &Error{Op: string(op.Kind), Src: op.Src, Dst: op.Dst, Err: fmt.Errorf("not a device node or a directory of them (it changed since the launch was planned)")}
 	}
+	// A node on a nodev mount (most tmpfs: /tmp, /dev/shm) cannot be
+	// opened through any bind of it: the kernel keeps nodev locked in a
+	// user namespace. Said now rather than as EACCES inside.
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(src, &sfs); err == nil && sfs.Flags&unix.ST_NODEV != 0 {
+		return &Error{Op: string(op.Kind), Src: op.Src, Dst: op.Dst, Err: fmt.Errorf("the source is on a nodev mount, where no device node opens (the kernel keeps nodev in the sandbox's user namespace): bind the node from /dev, or from a mount without nodev")}
+	}
 	if err := b.ensureDev(op.Dst, dir); err != nil {
 		return &Error{Op: "create mount point for " + string(op.Kind), Src: op.Src, Dst: op.Dst, Err: err}
 	}
