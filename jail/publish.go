@@ -71,6 +71,16 @@ func (p *Published) Close() {
 	}
 }
 
+// The bounds of one published port: connections relayed at once (each
+// holds a host socket, a gVisor endpoint and two goroutines) and UDP
+// clients remembered. Beyond them a new connection is reset and a new
+// client's datagrams are dropped, so a flood on a published port (one
+// written 0.0.0.0, say) costs the launcher a bounded amount.
+const (
+	maxPublishConns      = 1024
+	maxPublishUDPClients = 512
+)
+
 // serve relays the published port into the sandbox's addr until the
 // socket closes.
 func (p *Published) serve(st *userstack.Stack, addr netip.Addr, idle time.Duration, logf func(string, ...any), wg *sync.WaitGroup) {
@@ -79,6 +89,7 @@ func (p *Published) serve(st *userstack.Stack, addr netip.Addr, idle time.Durati
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			slots := make(chan struct{}, maxPublishConns)
 			for {
 				c, err := p.tcp.Accept()
 				if err != nil {
@@ -87,7 +98,20 @@ func (p *Published) serve(st *userstack.Stack, addr netip.Addr, idle time.Durati
 					}
 					return
 				}
-				go relayTCP(st, c, dst, logf)
+				select {
+				case slots <- struct{}{}:
+				default:
+					logf("%d connections are relayed already: a new one from %s was reset", maxPublishConns, c.RemoteAddr())
+					if tc, ok := c.(*net.TCPConn); ok {
+						_ = tc.SetLinger(0)
+					}
+					c.Close()
+					continue
+				}
+				go func() {
+					defer func() { <-slots }()
+					relayTCP(st, c, dst, logf)
+				}()
 			}
 		}()
 		return
@@ -107,7 +131,7 @@ func relayTCP(st *userstack.Stack, c net.Conn, dst netip.AddrPort, logf func(str
 	sc, err := st.DialSandbox(ctx, netpolicy.ProtoTCP, dst)
 	cancel()
 	if err != nil {
-		logf("a connection from %s to the sandbox's %s failed: %v", c.RemoteAddr(), dst, err)
+		logf("a connection from %s to the sandbox's %s failed: %v; a server inside must listen on 0.0.0.0 or %s, not 127.0.0.1", c.RemoteAddr(), dst, err, dst.Addr())
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetLinger(0) // the client sees a reset, as from a closed port
 		}
@@ -160,6 +184,11 @@ func relayUDP(st *userstack.Stack, pc net.PacketConn, dst netip.AddrPort, idle t
 		key := from.String()
 		mu.Lock()
 		c := clients[key]
+		if c == nil && len(clients) >= maxPublishUDPClients {
+			mu.Unlock()
+			logf("%d UDP clients are relayed already: datagrams from %s were dropped", maxPublishUDPClients, from)
+			continue
+		}
 		if c == nil {
 			sc, err := st.DialSandbox(context.Background(), netpolicy.ProtoUDP, dst)
 			if err != nil {
@@ -216,15 +245,15 @@ func (j *Jail) servePublished(st *userstack.Stack) {
 	for _, p := range j.opts.Publish {
 		var once sync.Once
 		pb := p.Publish
-		// The first failure of each port is worth a word: most often the
-		// server inside listens on 127.0.0.1 only, which the relay, coming
-		// in at the sandbox's address, cannot reach.
+		// The first failure of each port is worth a word: most often a
+		// server inside that listens on 127.0.0.1 only, which the relay,
+		// coming in at the sandbox's address, cannot reach.
 		logf := func(format string, a ...any) {
 			if j.opts.Warn == nil {
 				return
 			}
 			once.Do(func() {
-				j.opts.Warn(fmt.Sprintf("--publish %s: %s (a server inside must listen on 0.0.0.0 or %s, not 127.0.0.1; later failures are not reported)", pb, fmt.Sprintf(format, a...), j.setup.Addr4.Addr()))
+				j.opts.Warn(fmt.Sprintf("--publish %s: %s (later failures of this port are not reported)", pb, fmt.Sprintf(format, a...)))
 			})
 		}
 		p.serve(st, j.setup.Addr4.Addr(), idle, logf, &j.pubWG)
