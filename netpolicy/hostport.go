@@ -48,11 +48,15 @@ var (
 	loopback6 = netip.MustParsePrefix("::1/128")
 )
 
-// refuseLoopback refuses an allow entry that names the host's loopback:
+// RefuseLoopback refuses an allow entry that names the host's loopback:
 // inside the jail, 127.0.0.1 and ::1 are the sandbox's own loopback, so
 // such an entry could never reach the host and would silently do nothing.
 // The host's loopback services are reached through --allow-host-port.
-func refuseLoopback(pfx netip.Prefix) error {
+// ParseAllow applies it (the command line, the shadow's config), as does
+// package sandbox to Spec.Allow; New does not (a policy built in code
+// may allow what it likes, and routes keep loopback local anyway).
+func RefuseLoopback(pfx netip.Prefix) error {
+	pfx = unmapPrefix(pfx)
 	if pfx.Overlaps(loopback4) || pfx.Overlaps(loopback6) {
 		name := pfx.String()
 		if pfx.IsSingleIP() {

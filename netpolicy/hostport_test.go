@@ -59,3 +59,16 @@ func TestParsePublish(t *testing.T) {
 		}
 	}
 }
+
+// New takes loopback (a policy built in code may allow what it likes);
+// RefuseLoopback, which ParseAllow and package sandbox apply, does not.
+func TestRefuseLoopbackNotInNew(t *testing.T) {
+	if _, err := New(Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}); err != nil {
+		t.Errorf("New with a loopback allow entry: %v", err)
+	}
+	for _, p := range []string{"127.0.0.1/32", "::ffff:127.0.0.1/128", "::1/128"} {
+		if RefuseLoopback(netip.MustParsePrefix(p)) == nil {
+			t.Errorf("RefuseLoopback(%s) = nil", p)
+		}
+	}
+}

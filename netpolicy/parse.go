@@ -35,7 +35,11 @@ func ParseAllow(s string) (netip.Prefix, error) {
 		}
 		pfx = netip.PrefixFrom(a, a.BitLen())
 	}
-	return checkAllow(pfx)
+	pfx, err := checkAllow(pfx)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return pfx, RefuseLoopback(pfx)
 }
 
 // checkAllow validates and canonicalises an allow prefix.
@@ -52,9 +56,6 @@ func checkAllow(pfx netip.Prefix) (netip.Prefix, error) {
 	pfx = unmapPrefix(pfx)
 	if pfx.Bits() == 0 {
 		return netip.Prefix{}, fmt.Errorf("allow entry %v would allow everything; to turn the jail off use the egress-jail = 0 setting instead", pfx)
-	}
-	if err := refuseLoopback(pfx); err != nil {
-		return netip.Prefix{}, err
 	}
 	if m := pfx.Masked(); m != pfx {
 		return netip.Prefix{}, fmt.Errorf("allow entry %v has host bits set: write %v for the network or %v for the single host",

@@ -171,6 +171,11 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	if len(spec.AllowDomains) > 0 {
 		return nil, fmt.Errorf("sandbox: AllowDomains (%s) is not supported yet; allow addresses with Spec.Allow", strings.Join(spec.AllowDomains, ", "))
 	}
+	for _, a := range spec.Allow {
+		if err := netpolicy.RefuseLoopback(a); err != nil {
+			return nil, fmt.Errorf("sandbox: Allow: %w (Spec.HostPorts)", err)
+		}
+	}
 	exe := spec.StageExe
 	if exe == "" {
 		exe = defaultStageExe
