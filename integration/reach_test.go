@@ -462,3 +462,41 @@ func TestReachEmbedHostPort(t *testing.T) {
 		}
 	})
 }
+
+// The shadow's configuration: allow-host-port and allow-device (a glob,
+// expanded at launch) in /etc/claude-sandbox.conf reach a Claude session
+// in the lab, as root and as uid 65534: the allowed host port answers at
+// host.internal, another does not, and the device node the glob matched
+// is usable at its own path.
+func TestReachShadowConfig(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.echoTCP(l.host, "127.0.0.1:8080")
+		l.echoTCP(l.host, "127.0.0.1:8081")
+		probe := testutil.Build(t, "./integration/probe")
+		devdir := testutil.MkdirFor(t, 0)
+		fake := fmt.Sprintf("#!/bin/sh\necho \"allowed: $(%[1]s tcp host.internal:8080)\"\necho \"other: $(%[1]s tcp %[2]s:8081)\"\necho data > %[3]s/null2 && echo device: ok\n", probe, labGateway, devdir)
+		conf := fmt.Sprintf("allow-host-port = 8080\nallow-device = %s/null*\n", devdir)
+		prelude, claude := shadowHost(t, conf, fake)
+		home := testutil.MkdirFor(t, uid)
+		ws := home + "/project"
+		must(t, os.MkdirAll(ws, 0o755))
+		must(t, os.Chown(ws, uid, uid))
+		env := []string{"HOME=" + home, "USER=tester", "PATH=/usr/bin:/bin"}
+		inner := fmt.Sprintf("%s && mount -t tmpfs none /dev/net && mknod -m 666 /dev/net/tun c 10 200 && mount -t tmpfs -o mode=0755 none %s && mknod -m 666 %s/null2 c 1 3 && cd %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s -p x",
+			prelude, devdir, devdir, ws, uid, uid, strings.Join(env, " "), claude)
+		cmd := exec.Command("ip", "netns", "exec", l.host, "sh", "-c", inner)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		r := testutil.Run(t, cmd)
+		for _, want := range []string{"allowed: ok\n", "device: ok\n"} {
+			if !strings.Contains(r.Stdout, want) {
+				t.Errorf("the session lacks %q: %v", want, r)
+			}
+		}
+		if !strings.Contains(r.Stdout, "other: err:ECONNREFUSED") {
+			t.Errorf("a host port that is not allowed: %v", r)
+		}
+		if !strings.Contains(r.Stderr, "openings: host loopback port 8080/tcp") || !strings.Contains(r.Stderr, "device "+devdir+"/null2") {
+			t.Errorf("the exit summary does not name the openings: %v", r)
+		}
+	})
+}
