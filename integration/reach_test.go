@@ -500,3 +500,27 @@ func TestReachShadowConfig(t *testing.T) {
 		}
 	})
 }
+
+// With a port published, every packet to the gateway takes gVisor's path:
+// the DNS relay through the gateway (a loopback stub on the host) and the
+// host ports still work there, and the gateway's other ports stay refused.
+func TestReachPublishKeepsGateway(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.setResolvConf("nameserver 127.0.0.53\n")
+		l.dns(l.host, "127.0.0.53:53")
+		l.echoTCP(l.host, "127.0.0.1:8080")
+		l.echoTCP(l.host, "127.0.0.1:8081")
+		opts := []string{"--publish", "18080:8000", "--allow-host-port", "8080"}
+		for _, c := range []string{"resolve", "resolve-tcp"} {
+			if got, r := l.probeIn(uid, opts, c, "internet.test"); !strings.HasPrefix(got, labInternet) {
+				t.Errorf("%s via the gateway with a published port: %q (%v)", c, got, r)
+			}
+		}
+		if got, r := l.probeIn(uid, opts, "tcp", "host.internal:8080"); got != "ok" {
+			t.Errorf("host port with a published port: %s (%v)", got, r)
+		}
+		if got, r := l.probeIn(uid, opts, "tcp", labGateway+":8081"); !blockedAtOnce(got) {
+			t.Errorf("another gateway port with a published port: %s (%v)", got, r)
+		}
+	})
+}
