@@ -50,6 +50,14 @@ type Options struct {
 	// UDPIdleTimeout is how long an idle UDP mapping keeps its host
 	// port; 0: userstack.DefaultUDPIdleTimeout (5 minutes).
 	UDPIdleTimeout time.Duration
+	// HostPorts are the ports of the host's loopback the sandbox reaches
+	// through the gateway (--allow-host-port); every other gateway port
+	// is refused and recorded.
+	HostPorts []netpolicy.HostPort
+	// Publish are the published ports' host sockets (Listen): each
+	// connection or client is relayed into the sandbox's port. Close
+	// closes them.
+	Publish []*Published
 	// MaxRelayMemory bounds the TCP relay's buffers across all flows, in
 	// bytes; 0: userstack.DefaultMaxRelayMemory.
 	MaxRelayMemory int
@@ -69,6 +77,7 @@ type Jail struct {
 	log    *netpolicy.JSONLWriter
 	failed chan error
 	once   sync.Once
+	pubWG  sync.WaitGroup // the published ports' serving goroutines
 
 	// The live policy (live_linux.go).
 	upd          sync.Mutex   // one refresh at a time
@@ -154,6 +163,8 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		Gateways:   []netipAddr{j.setup.Gateway},
 		VirtualDNS: []netipAddr{j.setup.Gateway},
 		Upstreams:  j.setup.Upstreams,
+		HostPorts:  j.opts.HostPorts,
+		Inbound:    len(j.opts.Publish) > 0,
 		OnBlock:    j.record,
 		Pinger:     userstack.HostPinger{},
 		// Evictions are logged in the block log's format but are not
@@ -186,6 +197,7 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 	j.mu.Unlock()
 	sk := &sink{dev: sinkDev, pol: j.setup.Policy, record: j.record}
 	go sk.run()
+	j.servePublished(st)
 	return nil
 }
 
@@ -235,12 +247,16 @@ func (j *Jail) Blocked() int {
 func (j *Jail) Close() {
 	j.once.Do(func() {
 		j.closed.Store(true)
+		for _, p := range j.opts.Publish {
+			p.Close()
+		}
 		j.mu.Lock()
 		st := j.stack
 		j.mu.Unlock()
 		if st != nil {
 			st.Close()
 		}
+		j.pubWG.Wait()
 		if j.sink != nil {
 			j.sink.Close()
 		}

@@ -61,6 +61,11 @@ const (
 	// Symlink creates a symbolic link at Dst pointing to Target (the host's
 	// own links re-created on a tmpfs that covers their directory).
 	Symlink Kind = "symlink"
+	// DevBind binds the host device node Src (or a directory of device
+	// nodes, such as /dev/dri) at Dst with device access left on (no
+	// nodev, unlike every other bind), read-only and nosuid: the device
+	// reads and writes, its host inode cannot be changed (devbind_linux.go).
+	DevBind Kind = "dev-bind"
 	// MaskSocket covers the host socket at Dst with an empty read-only
 	// regular file, so connect() finds no socket there. A Dst that no
 	// longer exists, or is now a directory, is left alone.
@@ -106,13 +111,13 @@ func (m *Mode) UnmarshalText(b []byte) error {
 }
 
 // HasSource reports whether the kind reads a host path.
-func (k Kind) HasSource() bool { return k == Bind || k == ROBind || k == Overlay }
+func (k Kind) HasSource() bool { return k == Bind || k == ROBind || k == Overlay || k == DevBind }
 
 // String renders the op the way a user would have written it on the
 // command line, for error messages and logs.
 func (o Op) String() string {
 	switch o.Kind {
-	case Bind, ROBind, Overlay:
+	case Bind, ROBind, Overlay, DevBind:
 		s := fmt.Sprintf("%s %s -> %s", o.Kind, o.Src, o.Dst)
 		if o.Optional {
 			s += " (try)"

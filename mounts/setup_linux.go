@@ -116,8 +116,9 @@ type builder struct {
 	old      int // O_PATH fd of the host root (/oldroot while staging)
 	root     int // O_PATH fd of /newroot once the root is attached
 	warnings []string
-	files    int // generated files written so far
-	overlays int // overlay layers made so far
+	files    int    // generated files written so far
+	overlays int    // overlay layers made so far
+	devDst   string // the private /dev's path (read-only once made)
 }
 
 func (b *builder) close() {
@@ -145,6 +146,8 @@ func (b *builder) apply(op Op) error {
 		return b.tmpfs(op.Dst, uint32(op.Mode), 0, "tmpfs")
 	case Bind, ROBind:
 		return b.bind(op)
+	case DevBind:
+		return b.devBind(op)
 	case Mask:
 		return b.mask(op.Dst)
 	case File:
@@ -509,6 +512,7 @@ func (b *builder) dev(dst string) error {
 	if err := unix.MountSetattr(t, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
 		return &Error{Op: "make read-only", Dst: dst, Err: err}
 	}
+	b.devDst = dst
 	return nil
 }
 

@@ -35,7 +35,11 @@ func ParseAllow(s string) (netip.Prefix, error) {
 		}
 		pfx = netip.PrefixFrom(a, a.BitLen())
 	}
-	return checkAllow(pfx)
+	pfx, err := checkAllow(pfx)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return pfx, RefuseLoopback(pfx)
 }
 
 // checkAllow validates and canonicalises an allow prefix.

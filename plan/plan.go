@@ -26,6 +26,7 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/internal/exact"
 	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
 // Net selects the sandbox's network namespace.
@@ -135,6 +136,14 @@ type Egress struct {
 	DenyDomains  []string `json:"deny-domains,omitempty"`
 	// Routes is the route plan, one operation a line.
 	Routes []string `json:"routes,omitempty"`
+	// HostPorts are the host loopback ports the sandbox reaches
+	// (--allow-host-port), through HostAddress (the jail's gateway,
+	// named host.internal in the sandbox's /etc/hosts).
+	HostPorts   []netpolicy.HostPort `json:"hostPorts,omitempty"`
+	HostAddress *netip.Addr          `json:"hostAddress,omitempty"`
+	// Publish are the published ports (--publish): the launcher listens
+	// on the host and relays into the sandbox's port.
+	Publish []netpolicy.Publish `json:"publish,omitempty"`
 }
 
 // Options is what a caller asks for; Build turns it into a Plan.
@@ -146,6 +155,12 @@ type Options struct {
 	// AllowDomains and DenyDomains are the jail's domain allowlist
 	// (Net == NetJail only; the jail parses and enforces them).
 	AllowDomains, DenyDomains []string
+	// HostPorts are host loopback ports reached through the jail's
+	// gateway (Net == NetJail only).
+	HostPorts []netpolicy.HostPort
+	// Publish are ports of the sandbox published on the host (Net ==
+	// NetJail only).
+	Publish []netpolicy.Publish
 	// Late are operations applied after the caller's own (the jail's
 	// resolv.conf), so no user operation can cover them.
 	Late []mounts.Op
@@ -224,6 +239,12 @@ func Build(opts Options) (*Plan, error) {
 		return nil, errf("--allow-ip and --allow-cidr apply to the egress jail (--net=jail), not --net=%s", p.Net)
 	} else if len(opts.AllowDomains)+len(opts.DenyDomains) > 0 {
 		return nil, errf("--allow-domain and --deny-domain apply to the egress jail (--net=jail), not --net=%s", p.Net)
+	}
+	if err := hostPorts(p, opts.HostPorts); err != nil {
+		return nil, err
+	}
+	if err := publish(p, opts.Publish); err != nil {
+		return nil, err
 	}
 	if opts.Hostname != "" && !validHostname(opts.Hostname) {
 		return nil, errf("invalid hostname %q: use letters, digits, '-' and '.', at most 64 characters", opts.Hostname)
@@ -333,7 +354,7 @@ func checkOps(ops []mounts.Op, stat func(string) (fs.FileInfo, error)) ([]mounts
 			flag += "-try"
 		}
 		switch op.Kind {
-		case mounts.Tmpfs, mounts.Bind, mounts.ROBind, mounts.Mask, mounts.File, mounts.Overlay:
+		case mounts.Tmpfs, mounts.Bind, mounts.ROBind, mounts.Mask, mounts.File, mounts.Overlay, mounts.DevBind:
 		default:
 			return nil, errf("operation %q cannot be requested directly", op.Kind)
 		}
@@ -361,6 +382,11 @@ func checkOps(ops []mounts.Op, stat func(string) (fs.FileInfo, error)) ([]mounts
 					continue
 				}
 				return nil, errf("%s: source %s: %v", flag, src, unwrapPathErr(err))
+			}
+			if op.Kind == mounts.DevBind {
+				if err := checkDevice(flag, src, stat); err != nil {
+					return nil, err
+				}
 			}
 		}
 		if op.Kind == mounts.Tmpfs && op.Mode == 0 {

@@ -346,7 +346,7 @@ func showsAt(view []mounts.Op, hostPath string) []string {
 		switch op.Kind {
 		case mounts.RootRO:
 			at = hostPath
-		case mounts.Bind, mounts.ROBind:
+		case mounts.Bind, mounts.ROBind, mounts.DevBind:
 			if !mounts.Within(hostPath, op.Src) {
 				continue
 			}

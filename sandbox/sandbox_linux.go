@@ -52,7 +52,7 @@ type Spec struct {
 	Dir string
 	// Mounts change the filesystem view, in order, after the base view:
 	// the host's root read-only, a private /dev and /proc, an empty /tmp
-	// (and Home), the host's sockets hidden. See [Bind], [ROBind],
+	// (and Home), the host's sockets hidden. See [Bind], [ROBind], [DevBind],
 	// [Tmpfs], [Mask] and [File].
 	Mounts []Mount
 	// Home, when set, gets an empty private tmpfs (as /tmp does).
@@ -70,6 +70,19 @@ type Spec struct {
 	// Allow lets the jail reach these addresses or ranges, every port and
 	// protocol (netip.PrefixFrom(addr, addr.BitLen()) for one address).
 	Allow []netip.Prefix
+	// HostPorts are ports of the host's loopback the command reaches
+	// through the jail's gateway (Addresses().Gateway, named
+	// host.internal in its /etc/hosts), as --allow-host-port does: a
+	// connection to the gateway's port reaches 127.0.0.1 on the host.
+	// Every other gateway port stays refused and reported. NetJail only.
+	HostPorts []netpolicy.HostPort
+	// Publish are ports of the command published on the host, as
+	// --publish does: Start listens on each HostAddr:HostPort (failing
+	// when one is in use) and relays every connection, or each client's
+	// datagrams, to the command's Port at Addresses().Addr4 (the server
+	// must listen there or on 0.0.0.0). The sockets close when the
+	// sandbox ends. NetJail only.
+	Publish []netpolicy.Publish
 	// AllowDomains turns the jail's domain allowlist on: names
 	// ("api.github.com"), wildcards ("*.githubusercontent.com", strict
 	// subdomains), an optional ":PORT", or presets ("@github"), as the
@@ -115,6 +128,11 @@ func Bind(src, dst string) Mount { return mounts.Op{Kind: mounts.Bind, Src: src,
 // read-only.
 func ROBind(src, dst string) Mount { return mounts.Op{Kind: mounts.ROBind, Src: src, Dst: dst} }
 
+// DevBind returns the mount operation that shows the host device node
+// src (or a directory below /dev of them, such as /dev/dri) at dst,
+// usable: the one bind without nodev, read-only and nosuid (--dev-bind).
+func DevBind(src, dst string) Mount { return mounts.Op{Kind: mounts.DevBind, Src: src, Dst: dst} }
+
 // Tmpfs returns the mount operation that puts an empty writable tmpfs
 // (mode 0755) at dst.
 func Tmpfs(dst string) Mount { return mounts.Op{Kind: mounts.Tmpfs, Dst: dst} }
@@ -155,6 +173,11 @@ type Sandbox struct {
 // gone) when it could not be built or started. Cancelling ctx kills the
 // sandbox; [Sandbox.Wait] then returns ctx's error.
 func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
+	for _, a := range spec.Allow {
+		if err := netpolicy.RefuseLoopback(a); err != nil {
+			return nil, fmt.Errorf("sandbox: Allow: %w (Spec.HostPorts)", err)
+		}
+	}
 	exe := spec.StageExe
 	if exe == "" {
 		exe = defaultStageExe
@@ -166,6 +189,8 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		Command:   spec.Command,
 		Net:       spec.Net,
 		Allow:     spec.Allow,
+		HostPorts: spec.HostPorts,
+		Publish:   spec.Publish,
 		Ops:       spec.Mounts,
 		Bare:      spec.Bare,
 		Chdir:     spec.Dir,
@@ -193,6 +218,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	s := &Sandbox{done: make(chan struct{}), ev: newEventQueue(spec.OnEvent)}
 	nopts := nsexec.Options{TTY: nsexec.TTYAuto, Warn: warn, StageExe: exe}
 	var setup *jail.Setup
+	var jopts jail.Options
 	if opts.Net == "" || opts.Net == plan.NetJail {
 		facts, err := jail.DiscoverHost("/etc/resolv.conf")
 		if err != nil {
@@ -205,21 +231,45 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 			warn(w)
 		}
 		opts.Late = append(opts.Late, setup.ResolvConf)
+		if len(spec.HostPorts) > 0 {
+			hosts, err := os.ReadFile("/etc/hosts")
+			if err != nil && !os.IsNotExist(err) {
+				return nil, fmt.Errorf("sandbox: HostPorts: %w", err)
+			}
+			opts.Late = append(opts.Late, jail.HostsFile(string(hosts), setup.Gateway, spec.HostPorts))
+		}
 		s.addrs = Addresses{Addr4: setup.Addr4, Addr6: setup.Addr6, Gateway: setup.Gateway}
-		nopts.Jail = jail.New(setup, jail.Options{OnBlock: s.ev.block, OnChange: s.ev.change})
+		jopts = jail.Options{OnBlock: s.ev.block, OnChange: s.ev.change, HostPorts: spec.HostPorts}
 	}
 	p, err := plan.Build(opts)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
+	if setup != nil {
+		if len(p.Egress.Publish) > 0 {
+			if jopts.Publish, err = jail.Listen(p.Egress.Publish); err != nil {
+				return nil, fmt.Errorf("sandbox: %w", err)
+			}
+		}
+		nopts.Jail = jail.New(setup, jopts)
+	}
+	// A launch that fails before the jail attaches leaves the published
+	// sockets open: close them (a second Close does nothing).
+	closePublished := func() {
+		for _, pb := range jopts.Publish {
+			pb.Close()
+		}
+	}
 	st, err := newStdio(spec.Stdin, spec.Stdout, spec.Stderr)
 	if err != nil {
+		closePublished()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	nopts.Stdin, nopts.Stdout, nopts.Stderr = st.files[0], st.files[1], st.files[2]
 	pr, err := nsexec.Start(ctx, p, nopts)
 	st.started()
 	if err != nil {
+		closePublished()
 		st.wait()
 		s.ev.close()
 		return nil, err

@@ -35,6 +35,15 @@ type Config struct {
 	// (--allow-domain, --deny-domain entries, presets included).
 	AllowDomain []string `json:"allowDomain,omitempty"`
 	DenyDomain  []string `json:"denyDomain,omitempty"`
+	// AllowHostPort are ports of the host's loopback the sandbox reaches
+	// at host.internal (the jail's gateway), as --allow-host-port.
+	AllowHostPort []netpolicy.HostPort `json:"allowHostPort,omitempty"`
+	// Publish are ports of the session published on the host, as
+	// --publish ([HOSTADDR:]HOSTPORT:PORT[/udp]).
+	Publish []netpolicy.Publish `json:"publish,omitempty"`
+	// AllowDevice are host device nodes bound into the sandbox's /dev
+	// (--dev-bind-try), each a path or a glob expanded at launch.
+	AllowDevice []string `json:"allowDevice,omitempty"`
 	// AllowSocket are host Unix sockets the sandbox may connect to
 	// (every other host socket is hidden).
 	AllowSocket []string `json:"allowSocket,omitempty"`
@@ -170,6 +179,33 @@ func (c *Config) set(key, value string, hasValue bool) error {
 		} else {
 			c.DenyDomain = append(c.DenyDomain, value)
 		}
+	case "allow-host-port":
+		if err := needValue(); err != nil {
+			return err
+		}
+		h, err := netpolicy.ParseHostPort(value)
+		if err != nil {
+			return err
+		}
+		c.AllowHostPort = append(c.AllowHostPort, h)
+	case "publish":
+		if err := needValue(); err != nil {
+			return err
+		}
+		pb, err := netpolicy.ParsePublish(value)
+		if err != nil {
+			return err
+		}
+		c.Publish = append(c.Publish, pb)
+	case "allow-device":
+		if err := needValue(); err != nil {
+			return err
+		}
+		p, err := devicePattern(value)
+		if err != nil {
+			return err
+		}
+		c.AllowDevice = append(c.AllowDevice, p)
 	case "allow-socket":
 		if err := needValue(); err != nil {
 			return err
@@ -211,7 +247,7 @@ func (c *Config) set(key, value string, hasValue bool) error {
 			c.PidsLimit = n
 		}
 	default:
-		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-domain, deny-domain, allow-socket, pass-env, gitlab-host, pids-limit)")
+		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-domain, deny-domain, allow-host-port, publish, allow-device, allow-socket, pass-env, gitlab-host, pids-limit)")
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -45,6 +47,17 @@ func TestParseConfig(t *testing.T) {
 		{"allow-domain given an address", "allow-domain = 10.1.2.3\n", Config{}, "f:1: allow-domain: domain \"10.1.2.3\" is an IP address: use --allow-ip"},
 		{"unknown preset", "allow-domain = @nope\n", Config{}, "f:1: allow-domain:"},
 		{"allow-ip with host bits", "allow-ip = 10.1.2.3/8\n", Config{}, "f:1: allow-ip:"},
+		{"allow-ip loopback", "allow-ip = 127.0.0.1\n", Config{}, "f:1: allow-ip: 127.0.0.1 is loopback"},
+		{"allow-host-port", "allow-host-port = 11434\nallow-host-port = 5353/udp\n", with(func(c *Config) {
+			c.AllowHostPort = []netpolicy.HostPort{{Proto: netpolicy.ProtoTCP, Port: 11434}, {Proto: netpolicy.ProtoUDP, Port: 5353}}
+		}), ""},
+		{"bad allow-host-port", "allow-host-port = 0\n", Config{}, "f:1: allow-host-port:"},
+		{"publish", "publish = 3000:3000\n", with(func(c *Config) {
+			c.Publish = []netpolicy.Publish{{HostAddr: netip.MustParseAddr("127.0.0.1"), HostPort: 3000, Port: 3000, Proto: netpolicy.ProtoTCP}}
+		}), ""},
+		{"bad publish", "publish = 3000\n", Config{}, "f:1: publish:"},
+		{"allow-device", "allow-device = /dev/dri/*\n", with(func(c *Config) { c.AllowDevice = []string{"/dev/dri/*"} }), ""},
+		{"relative allow-device", "allow-device = dri\n", Config{}, "f:1: allow-device:"},
 		{"missing value", "allow-write =\n", Config{}, "f:1: allow-write: needs a value"},
 		{"bare valued key", "workspace-root\n", Config{}, "f:1: workspace-root: needs a value"},
 		{"bad env name", "pass-env = A-B\n", Config{}, `f:1: pass-env: "A-B" is not a variable name`},

@@ -62,6 +62,8 @@ type Inputs struct {
 	// Resolve follows a host path's symlinks (filepath.EvalSymlinks in
 	// production; nil leaves paths as they are).
 	Resolve func(string) (string, error)
+	// Glob expands the allow-device patterns; nil: filepath.Glob.
+	Glob func(string) ([]string, error)
 	// InContainer says the shadow runs in a container (InContainer tells),
 	// where a home directory's files may not outlive it.
 	InContainer bool
@@ -310,6 +312,11 @@ func Build(in Inputs) (*Launch, error) {
 		}
 		ops = append(ops, mounts.Op{Kind: mounts.Bind, Src: p, Dst: p, Optional: true})
 	}
+	devs, err := deviceOps(in, cfg.AllowDevice)
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, devs...)
 	// The workspace's git hooks and config stay read-only (issue 14)
 	// unless writable-git-hooks is set.
 	if l.Workspace != "" && !cfg.WritableGitHooks {
@@ -373,9 +380,11 @@ func Build(in Inputs) (*Launch, error) {
 	}
 	l.Argv = append([]string{h(".local/bin/claude")}, args...)
 	l.Options = plan.Options{
-		Command: l.Argv,
-		Net:     net,
-		Allow:   cfg.AllowIP,
+		Command:   l.Argv,
+		Net:       net,
+		Allow:     cfg.AllowIP,
+		HostPorts: cfg.AllowHostPort,
+		Publish:   cfg.Publish,
 		// The domain allowlist, when configured (the jail enforces it).
 		AllowDomains: cfg.AllowDomain,
 		DenyDomains:  cfg.DenyDomain,
@@ -394,7 +403,7 @@ func Build(in Inputs) (*Launch, error) {
 		PidsLimit: cfg.PidsLimit,
 	}
 	if !cfg.EgressJail {
-		l.Options.Allow = nil
+		l.Options.Allow, l.Options.HostPorts, l.Options.Publish = nil, nil, nil
 		l.Options.AllowDomains, l.Options.DenyDomains = nil, nil
 	}
 	return l, nil

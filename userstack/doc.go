@@ -44,18 +44,22 @@
 // channel endpoint against a fake host socket, each naming the exact
 // segments the sandbox sees. The stack answers only as the configured
 // gateway and virtual DNS addresses: port 53 there (UDP and TCP) is
-// relayed to the host's real resolvers, ICMP echo there is answered, and
-// everything else there is refused; the host's loopback is never reachable
-// (127/8 and ::1 are blocked by the policy, and gVisor drops
-// loopback-addressed packets that arrive on a non-loopback link). ICMP
+// relayed to the host's real resolvers, ICMP echo there is answered, the
+// gateway's Config.HostPorts are relayed to the same ports of the host's
+// loopback (hostport.go), and everything else there is refused; the
+// host's loopback is otherwise never reachable (127/8 and ::1 are blocked
+// by the policy, and gVisor drops loopback-addressed packets that arrive
+// on a non-loopback link). ICMP
 // echo to allowed destinations is proxied through a [Pinger] (an
 // unprivileged ping socket on the host).
 //
 // gVisor's tcpip stack is the IP layer for everything that is not plain:
 // fragments are reassembled, extension headers, odd addresses and
 // malformed packets are validated or dropped there, and ICMP (echo,
-// unreachables) is built there. Its TCP and UDP endpoints are not used;
-// its transport handlers hand segments and datagrams to the relay.
+// unreachables) is built there. Its TCP and UDP endpoints are used only
+// for connections into the sandbox (Config.Inbound, [Stack.DialSandbox]:
+// published ports, publish.go); its transport handlers hand everything
+// else to the relay.
 //
 // The relay's I/O runs on one event loop of the stack's own (only proxied
 // pings and a configured Dialer's dials run on goroutines): it waits in

@@ -90,6 +90,15 @@ type Config struct {
 	// without a policy check: they are host configuration, and only port 53
 	// of the local addresses leads to them. The first one is used.
 	Upstreams []netip.AddrPort
+	// HostPorts are the ports of the host's loopback the sandbox reaches
+	// through the Gateways (hostport.go): a flow to a gateway on one of
+	// them is relayed to 127.0.0.1 (an IPv6 gateway: [::1]) on the host
+	// side, without a policy check. Every other gateway port is refused.
+	HostPorts []netpolicy.HostPort
+	// Inbound lets DialSandbox open connections from a gateway into the
+	// sandbox (publish.go): every packet to a gateway then takes gVisor's
+	// path, where those connections' endpoints are.
+	Inbound bool
 	// OnBlock, if set, is called (synchronously, keep it short) for every
 	// refused flow.
 	OnBlock func(netpolicy.Block)
@@ -159,6 +168,8 @@ type Stack struct {
 	// socket (the stack's own, or a PacketListener's), not a Dialer's
 	// connected conn per destination.
 	eimUDP bool
+	// hostLo caches which loopback each host port leads to (hostport.go).
+	hostLo sync.Map
 
 	// The relay's memory budget (mem.go).
 	memBudget    int64
@@ -262,6 +273,9 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	s.SetTransportProtocolHandler(icmp.ProtocolNumber6, st.handleICMP6)
 	if t, ok := ep.(*TUN); ok {
 		t.tcp, t.udp, t.poll = st.tcpInput, st.udpInput, poll
+		if cfg.Inbound {
+			t.toStack = st.isGateway
+		}
 	}
 	fail := func(err error) (*Stack, error) {
 		s.Close()

@@ -387,6 +387,9 @@ func (st *Stack) tcpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
 		if dst.Port() == netpolicy.DNSPort {
 			return st.upstream()
 		}
+		if t, ok := st.hostPortTarget(netpolicy.ProtoTCP, dst); ok {
+			return t, true
+		}
 		st.block(netpolicy.ProtoTCP, dst, "local address, not a DNS port")
 		return netip.AddrPort{}, false
 	}

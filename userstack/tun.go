@@ -58,6 +58,10 @@ type TUN struct {
 	// flows it knows (reporting false for the others). See fastIP.
 	tcp func(*tcpIn)
 	udp func(flowKey, [][]byte) bool
+	// toStack, when set, names destinations whose packets go through
+	// gVisor even when ordinary: replies to the stack's own connections
+	// into the sandbox (publish.go).
+	toStack func(netip.Addr) bool
 }
 
 // NewTUN returns an endpoint on the TUN device f. vnetHdrLen is the virtio-net header
@@ -412,12 +416,12 @@ func (t *TUN) deliver(rx *tunRx, n int) {
 	head := rx.head[:min(n, rxHeadLen)]
 	in := &rx.in
 	in.data = rx.inData[:0]
-	if t.tcp != nil && fastTCP(in, head, rx.body.AsSlice(), n) {
+	if t.tcp != nil && fastTCP(in, head, rx.body.AsSlice(), n) && (t.toStack == nil || !t.toStack(in.key.dst.Addr())) {
 		t.tcp(in)
 		return
 	}
 	if t.udp != nil {
-		if key, data, ok := fastUDP(rx.inData[:0], head, rx.body.AsSlice(), n); ok && t.udp(key, data) {
+		if key, data, ok := fastUDP(rx.inData[:0], head, rx.body.AsSlice(), n); ok && (t.toStack == nil || !t.toStack(key.dst.Addr())) && t.udp(key, data) {
 			return
 		}
 	}

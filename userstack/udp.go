@@ -289,7 +289,11 @@ func (st *Stack) udpRoute(key flowKey) (target netip.AddrPort, mk flowKey, local
 	} else if st.isLocal(key.dst.Addr()) {
 		up, has := st.upstream()
 		if key.dst.Port() != netpolicy.DNSPort || !has {
-			return netip.AddrPort{}, flowKey{}, true, false
+			hp, ok := st.hostPortTarget(netpolicy.ProtoUDP, key.dst)
+			if !ok {
+				return netip.AddrPort{}, flowKey{}, true, false
+			}
+			up = hp
 		}
 		target, local = up, true
 	}

@@ -214,6 +214,9 @@ func moreProbes() []Item {
 				e2 := *e
 				e2.NetTargets = map[string][]string{"host-loopback": {}}
 				for _, port := range []string{"22", "80", "443", "631", "5432", "6379", "8080"} {
+					if hostPortAllowed(e, "tcp", port) {
+						continue // opened on purpose (--allow-host-port): an OPEN line (P90)
+					}
 					e2.NetTargets["host-loopback"] = append(e2.NetTargets["host-loopback"], net.JoinHostPort(gw, port))
 				}
 				e = &e2

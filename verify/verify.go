@@ -152,13 +152,28 @@ func (r Report) Counts() (blocked, inconclusive, skipped int) {
 	return
 }
 
+// openings counts the OPEN lines (openings.go), which are no probes.
+func (r Report) openings() int {
+	n := 0
+	for _, p := range r.Probes {
+		if p.Status == Open {
+			n++
+		}
+	}
+	return n
+}
+
 // ResultLine is the report's last line.
 func (r Report) ResultLine() string {
 	if !r.OK() {
 		return "RESULT: SANDBOX LEAKING"
 	}
 	b, in, sk := r.Counts()
-	line := fmt.Sprintf("RESULT: SANDBOX OK (%d checks, %d probes: %d blocked, %d inconclusive)", len(r.Checks), len(r.Probes)-sk, b, in)
+	op := r.openings()
+	line := fmt.Sprintf("RESULT: SANDBOX OK (%d checks, %d probes: %d blocked, %d inconclusive)", len(r.Checks), len(r.Probes)-sk-op, b, in)
+	if op > 0 {
+		line += fmt.Sprintf(", %d openings on purpose", op)
+	}
 	if sk > 0 {
 		line += fmt.Sprintf(", %d probes skipped: the egress jail is off", sk)
 	}

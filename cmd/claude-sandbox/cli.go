@@ -161,6 +161,26 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 			} else {
 				r.opts.DenyDomains = append(r.opts.DenyDomains, v)
 			}
+		case "--allow-host-port":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			h, err := netpolicy.ParseHostPort(v)
+			if err != nil {
+				return nil, usagef("--allow-host-port: %v", err)
+			}
+			r.opts.HostPorts = append(r.opts.HostPorts, h)
+		case "--publish":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			pb, err := netpolicy.ParsePublish(v)
+			if err != nil {
+				return nil, usagef("--publish: %v", err)
+			}
+			r.opts.Publish = append(r.opts.Publish, pb)
 		case "--allow-socket":
 			v, err := value()
 			if err != nil {
@@ -231,7 +251,7 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, usagef("--perms: %q is not an octal mode like 0755 or 1777", v)
 			}
 			perms, havePerms = uint32(m), true
-		case "--bind", "--ro-bind", "--bind-try", "--ro-bind-try":
+		case "--bind", "--ro-bind", "--bind-try", "--ro-bind-try", "--dev-bind", "--dev-bind-try":
 			if err := noInline(); err != nil {
 				return nil, err
 			}

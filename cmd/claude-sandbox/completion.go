@@ -275,7 +275,9 @@ func zshCompletion() string {
 			}
 			spec += "[" + o.describe() + "]"
 			for k, a := range o.args {
-				spec += ":" + a + ":" + action(o, k)
+				// A colon in a value name (--publish's) would end the
+				// spec's message: escaped, as _arguments reads it.
+				spec += ":" + strings.ReplaceAll(a, ":", `\:`) + ":" + action(o, k)
 			}
 			fmt.Fprintf(&b, "            %s' \\\n", spec)
 		}

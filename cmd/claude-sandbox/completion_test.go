@@ -118,6 +118,7 @@ func TestRunParserMatchesTable(t *testing.T) {
 		"--allow-cidr": {"10.0.0.0/8"}, "--pids-limit": {"300"}, "--setenv": {"A", "1"},
 		"--json-status-fd": {"2"}, "--json-status-blocked": {"--json-status-fd", "2"}, "--udp-flows": {"64"}, "--udp-idle-timeout": {"3m"},
 		"--allow-domain": {"api.github.com"}, "--deny-domain": {"*.example.com:443"},
+		"--allow-host-port": {"8080"}, "--publish": {"8080:80"},
 	}
 	for _, o := range runOptions {
 		args := sample[o.name]

@@ -180,6 +180,17 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			return fail(nsexec.ExitSetup, "claude-sandbox %s: %v", verb, err)
 		}
 		opts.Late = append(opts.Late, setup.ResolvConf)
+		if len(opts.HostPorts) > 0 {
+			op, err := hostsFile(setup, opts.HostPorts)
+			if err != nil {
+				return fail(nsexec.ExitSetup, "claude-sandbox %s: --allow-host-port: %v", verb, err)
+			}
+			opts.Late = append(opts.Late, op)
+		}
+	}
+	if len(opts.Publish) > 0 {
+		// The command (and verify) can tell what is published.
+		opts.SetEnv = append(opts.SetEnv, [2]string{verify.PublishedEnv, publishedEnv(opts.Publish)})
 	}
 	opts.HostRoot = nsexec.CallerIsHostRoot()
 	if opts.PidsLimit < 0 && !dryRun {
@@ -194,6 +205,10 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	if setup != nil {
 		p.Egress.Routes = strings.Split(strings.TrimSuffix(setup.Routes.String(), "\n"), "\n")
+		if len(p.Egress.HostPorts) > 0 {
+			gw := setup.Gateway
+			p.Egress.HostAddress = &gw
+		}
 	}
 	if dryRun {
 		enc := json.NewEncoder(stdout)
@@ -210,6 +225,15 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			fmt.Fprintln(stderr, "claude-sandbox: warning:", w)
 		}
 		jo := jail.Options{Summary: stderr, MaxUDPFlows: x.udpFlows, UDPIdleTimeout: x.udpIdle, Warn: func(m string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", m) }}
+		jo.HostPorts = p.Egress.HostPorts
+		if len(p.Egress.Publish) > 0 {
+			// Before the sandbox starts: a port in use fails the launch.
+			pubs, err := jail.Listen(p.Egress.Publish)
+			if err != nil {
+				return fail(nsexec.ExitSetup, "claude-sandbox %s: %v", verb, err)
+			}
+			jo.Publish = pubs
+		}
 		if sw != nil {
 			jo.OnBlock = sw.block
 		}
@@ -244,6 +268,9 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "claude-sandbox:", err)
+	}
+	if o := openings(p); o != "" {
+		fmt.Fprintln(stderr, "claude-sandbox:", o)
 	}
 	return code
 }

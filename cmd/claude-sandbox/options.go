@@ -64,6 +64,10 @@ var runOptions = []option{
 	{name: "--ro-bind", args: []string{"SRC", "DST"}, section: secFS, help: "host path SRC at DST, read-only"},
 	{name: "--bind-try", args: []string{"SRC", "DST"}, section: secFS, help: "like --bind, skipped when SRC is missing"},
 	{name: "--ro-bind-try", args: []string{"SRC", "DST"}, section: secFS, help: "like --ro-bind, skipped when SRC is missing"},
+	{name: "--dev-bind", args: []string{"SRC", "DST"}, section: secFS, short: "host device node SRC at DST, usable", help: `host device node SRC (or a directory below /dev,
+e.g. /dev/dri) at DST, usable: read-only, nosuid,
+devices on (every other bind is nodev)`},
+	{name: "--dev-bind-try", args: []string{"SRC", "DST"}, section: secFS, help: "like --dev-bind, skipped when SRC is missing"},
 	{name: "--mask", args: []string{"PATH"}, section: secFS, help: "hide PATH: /dev/null over a file, empty read-only dir"},
 	{name: "--bare", section: secFS, help: "no default tmpfs on /tmp and $HOME"},
 	{name: "--allow-socket", args: []string{"PATH"}, section: secFS, help: `let the command connect to the host Unix socket PATH
@@ -110,6 +114,15 @@ carry the name as its SNI, HTTP as its Host; UDP 443
 (QUIC) is refused so clients use TCP`},
 	{name: "--deny-domain", args: []string{"NAME[:PORT]"}, section: secNet, help: `refuse NAME even where an --allow-domain entry
 matches it (deny wins); same forms`},
+	{name: "--allow-host-port", args: []string{"PORT[/udp]"}, section: secNet, short: "let the jail reach the host's 127.0.0.1:PORT via host.internal", help: `let the sandbox reach the host's 127.0.0.1:PORT
+(repeatable; TCP unless /udp) at the jail's gateway
+address, named host.internal in its /etc/hosts;
+every other host loopback port stays blocked`},
+	{name: "--publish", args: []string{"[HOSTADDR:]HOSTPORT:PORT[/udp]"}, section: secNet, short: "relay the host's HOSTPORT to the sandbox's PORT", help: `listen on the host at HOSTADDR:HOSTPORT (default
+127.0.0.1; 0.0.0.0 only when written) and relay
+each connection (TCP unless /udp) to the sandbox's
+PORT; the server inside must listen on 0.0.0.0 or
+the sandbox's address (repeatable; --net=jail only)`},
 	{name: "--log-blocked", args: []string{"FILE"}, section: secNet, help: `append every blocked flow to FILE as a JSON line
 (otherwise a summary is printed when the command ends)`},
 	{name: "--udp-flows", args: []string{"N"}, section: secNet, help: `at most N UDP flows at once (default 512); at the cap

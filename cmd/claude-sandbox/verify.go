@@ -64,6 +64,7 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 		e.Jail = true
 	}
 	r := verify.Run(e, verify.Checks(), verify.Probes())
+	r.Probes = append(r.Probes, verify.Openings(e)...)
 	r.Inside = true
 	if asJSON {
 		_ = r.WriteJSON(stdout)

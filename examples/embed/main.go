@@ -4,7 +4,9 @@
 //  1. a shell command with one writable directory (-dir), no network;
 //  2. this program again, inside the egress jail, dialing each address of
 //     -dial: the flows the jail blocks are printed as they happen, with
-//     the rule that blocked them;
+//     the rule that blocked them; with -host-port PORT, the host's
+//     127.0.0.1:PORT is reachable inside at host.internal:PORT
+//     (Spec.HostPorts);
 //  3. a long command, cancelled: the run ends and nothing of it is left.
 //
 // With -watch instead, it runs one jailed command and prints each change
@@ -13,7 +15,7 @@
 //
 // Usage:
 //
-//	embed -dir DIR [-dial ADDR:PORT,...] [-allow-domain NAME,...]
+//	embed -dir DIR [-dial ADDR:PORT,...] [-allow-domain NAME,...] [-host-port PORT]
 //	embed -watch
 //
 // Build it with CGO_ENABLED=0. Run 2 sends packets: try it in a network
@@ -31,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/sandbox"
 )
 
@@ -42,6 +45,7 @@ func main() {
 	connect := flag.String("connect", "", "(inside the sandbox) dial these addresses and report")
 	watch := flag.Bool("watch", false, "run one jailed command and print the jail's policy changes until the first")
 	allowDomain := flag.String("allow-domain", "", "comma-separated names the second run's jail allows (its domain allowlist: nothing else on the internet)")
+	hostPort := flag.Uint("host-port", 0, "a port of the host's loopback the second run may reach at host.internal")
 	flag.Parse()
 	if *connect != "" {
 		connectAll(*connect)
@@ -65,7 +69,7 @@ func main() {
 		if *allowDomain != "" {
 			domains = strings.Split(*allowDomain, ",")
 		}
-		if err := jailed(*dial, domains); err != nil {
+		if err := jailed(*dial, domains, uint16(*hostPort)); err != nil {
 			fail(err)
 		}
 	}
@@ -99,16 +103,21 @@ func writable(dir string) error {
 
 // jailed runs this program inside the egress jail to dial addrs, and
 // prints each blocked flow as the jail reports it.
-func jailed(addrs string, domains []string) error {
+func jailed(addrs string, domains []string, hostPort uint16) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
+	}
+	var hostPorts []netpolicy.HostPort
+	if hostPort != 0 {
+		hostPorts = append(hostPorts, netpolicy.HostPort{Proto: netpolicy.ProtoTCP, Port: hostPort})
 	}
 	sb, err := sandbox.Start(context.Background(), sandbox.Spec{
 		Command: []string{self, "-connect", addrs},
 		// With names, the jail's domain allowlist: only they (and DNS)
 		// are reachable.
 		AllowDomains: domains,
+		HostPorts:    hostPorts,
 		Stdout:       os.Stdout,
 		Stderr:       os.Stderr,
 		Warn:         func(w string) { fmt.Fprintln(os.Stderr, "warning:", w) },

@@ -43,6 +43,12 @@ func main() {
 		e.NetTargets = tg
 	}
 	id := flag.Arg(0)
+	if id == "openings" {
+		for _, r := range verify.Openings(e) {
+			fmt.Printf("%s %s %s: %s\n", r.ID, r.Status, r.Name, r.Evidence)
+		}
+		return
+	}
 	for _, it := range append(verify.Checks(), verify.Probes()...) {
 		if it.ID == id {
 			st, ev := it.Run(e)

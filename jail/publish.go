@@ -1,0 +1,261 @@
+package jail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack"
+)
+
+// Published is one published port's host socket, opened before the
+// sandbox starts (Listen) so that a port in use fails the launch, and
+// closed by Jail.Close; the kernel closes it too when the launcher dies,
+// SIGKILL included, since it is the launcher's own descriptor.
+type Published struct {
+	netpolicy.Publish
+	tcp net.Listener
+	udp net.PacketConn
+}
+
+// Listen opens the host sockets of the published ports. On error every
+// socket opened so far is closed and the error names the port and the fix.
+func Listen(pubs []netpolicy.Publish) ([]*Published, error) {
+	var out []*Published
+	fail := func(err error) ([]*Published, error) {
+		for _, p := range out {
+			p.Close()
+		}
+		return nil, err
+	}
+	for _, p := range pubs {
+		addr := netip.AddrPortFrom(p.HostAddr, p.HostPort).String()
+		pp := &Published{Publish: p}
+		var err error
+		if p.Proto == netpolicy.ProtoUDP {
+			pp.udp, err = net.ListenPacket("udp", addr)
+		} else {
+			pp.tcp, err = net.Listen("tcp", addr)
+		}
+		if err != nil {
+			why := err.Error()
+			switch {
+			case errors.Is(err, syscall.EADDRINUSE):
+				why = "the host port is in use: stop what listens there or pick another HOSTPORT"
+			case errors.Is(err, syscall.EADDRNOTAVAIL):
+				why = "the host has no such address: use 127.0.0.1 (the default), 0.0.0.0, or an address of this host"
+			case errors.Is(err, syscall.EACCES):
+				why = "ports below 1024 need privileges: pick a HOSTPORT of 1024 or more"
+			}
+			return fail(fmt.Errorf("--publish %s: %s", p, why))
+		}
+		out = append(out, pp)
+	}
+	return out, nil
+}
+
+// Close closes the host socket.
+func (p *Published) Close() {
+	if p.tcp != nil {
+		p.tcp.Close()
+	}
+	if p.udp != nil {
+		p.udp.Close()
+	}
+}
+
+// The bounds of one published port: connections relayed at once (each
+// holds a host socket, a gVisor endpoint and two goroutines) and UDP
+// clients remembered. Beyond them a new connection is reset and a new
+// client's datagrams are dropped, so a flood on a published port (one
+// written 0.0.0.0, say) costs the launcher a bounded amount.
+const (
+	maxPublishConns      = 1024
+	maxPublishUDPClients = 512
+)
+
+// serve relays the published port into the sandbox's addr until the
+// socket closes.
+func (p *Published) serve(st *userstack.Stack, addr netip.Addr, idle time.Duration, logf func(string, ...any), wg *sync.WaitGroup) {
+	dst := netip.AddrPortFrom(addr, p.Port)
+	if p.tcp != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots := make(chan struct{}, maxPublishConns)
+			for {
+				c, err := p.tcp.Accept()
+				if err != nil {
+					if !errors.Is(err, net.ErrClosed) {
+						logf("accept: %v", err)
+					}
+					return
+				}
+				select {
+				case slots <- struct{}{}:
+				default:
+					logf("%d connections are relayed already: a new one from %s was reset", maxPublishConns, c.RemoteAddr())
+					if tc, ok := c.(*net.TCPConn); ok {
+						_ = tc.SetLinger(0)
+					}
+					c.Close()
+					continue
+				}
+				go func() {
+					defer func() { <-slots }()
+					relayTCP(st, c, dst, logf)
+				}()
+			}
+		}()
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		relayUDP(st, p.udp, dst, idle, logf)
+	}()
+}
+
+// relayTCP connects a host client to the sandbox's port and copies both
+// ways, each direction's end passed on as a half close.
+func relayTCP(st *userstack.Stack, c net.Conn, dst netip.AddrPort, logf func(string, ...any)) {
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sc, err := st.DialSandbox(ctx, netpolicy.ProtoTCP, dst)
+	cancel()
+	if err != nil {
+		logf("a connection from %s to the sandbox's %s failed: %v; a server inside must listen on 0.0.0.0 or %s, not 127.0.0.1", c.RemoteAddr(), dst, err, dst.Addr())
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // the client sees a reset, as from a closed port
+		}
+		return
+	}
+	defer sc.Close()
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(sc, c)
+		closeWrite(sc)
+		close(done)
+	}()
+	_, _ = io.Copy(c, sc)
+	closeWrite(c)
+	<-done
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+}
+
+// relayUDP gives each host client (address and port) a UDP socket of its
+// own toward the sandbox's port, so replies go back to that client; a
+// client idle for idle is forgotten.
+func relayUDP(st *userstack.Stack, pc net.PacketConn, dst netip.AddrPort, idle time.Duration, logf func(string, ...any)) {
+	type client struct {
+		conn net.Conn
+		last time.Time
+	}
+	var mu sync.Mutex
+	clients := map[string]*client{}
+	defer func() {
+		mu.Lock()
+		for _, c := range clients {
+			c.conn.Close()
+		}
+		mu.Unlock()
+	}()
+	buf := make([]byte, 65535)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				logf("read: %v", err)
+			}
+			return
+		}
+		key := from.String()
+		mu.Lock()
+		c := clients[key]
+		if c == nil && len(clients) >= maxPublishUDPClients {
+			mu.Unlock()
+			logf("%d UDP clients are relayed already: datagrams from %s were dropped", maxPublishUDPClients, from)
+			continue
+		}
+		if c == nil {
+			sc, err := st.DialSandbox(context.Background(), netpolicy.ProtoUDP, dst)
+			if err != nil {
+				mu.Unlock()
+				logf("datagrams from %s to the sandbox's %s: %v", from, dst, err)
+				continue
+			}
+			c = &client{conn: sc}
+			clients[key] = c
+			go func() {
+				rb := make([]byte, 65535)
+				for {
+					_ = sc.SetReadDeadline(time.Now().Add(idle))
+					m, err := sc.Read(rb)
+					if err != nil {
+						var ne net.Error
+						if errors.As(err, &ne) && ne.Timeout() {
+							mu.Lock()
+							if time.Since(c.last) < idle {
+								mu.Unlock()
+								continue
+							}
+							delete(clients, key)
+							mu.Unlock()
+						}
+						sc.Close()
+						return
+					}
+					mu.Lock()
+					c.last = time.Now()
+					mu.Unlock()
+					if _, err := pc.WriteTo(rb[:m], from); err != nil && errors.Is(err, net.ErrClosed) {
+						sc.Close()
+						return
+					}
+				}
+			}()
+		}
+		c.last = time.Now()
+		mu.Unlock()
+		if _, err := c.conn.Write(buf[:n]); err != nil {
+			logf("datagram from %s to the sandbox's %s: %v", from, dst, err)
+		}
+	}
+}
+
+// servePublished starts relaying the published ports into the sandbox's
+// IPv4 address.
+func (j *Jail) servePublished(st *userstack.Stack) {
+	idle := j.opts.UDPIdleTimeout
+	if idle <= 0 {
+		idle = userstack.DefaultUDPIdleTimeout
+	}
+	for _, p := range j.opts.Publish {
+		var once sync.Once
+		pb := p.Publish
+		// The first failure of each port is worth a word: most often a
+		// server inside that listens on 127.0.0.1 only, which the relay,
+		// coming in at the sandbox's address, cannot reach.
+		logf := func(format string, a ...any) {
+			if j.opts.Warn == nil {
+				return
+			}
+			once.Do(func() {
+				j.opts.Warn(fmt.Sprintf("--publish %s: %s (later failures of this port are not reported)", pb, fmt.Sprintf(format, a...)))
+			})
+		}
+		p.serve(st, j.setup.Addr4.Addr(), idle, logf, &j.pubWG)
+	}
+}

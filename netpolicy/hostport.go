@@ -1,0 +1,68 @@
+package netpolicy
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// HostPort is one port of the host's loopback the sandbox may reach
+// (--allow-host-port): the jail's gateway address relays it to
+// 127.0.0.1 (or [::1]) on the host. Every other port of the gateway stays
+// refused and recorded.
+type HostPort struct {
+	Proto Proto  `json:"proto"`
+	Port  uint16 `json:"port"`
+}
+
+// String is "PORT/tcp" or "PORT/udp".
+func (h HostPort) String() string { return fmt.Sprintf("%d/%s", h.Port, h.Proto) }
+
+// ParseHostPort parses "PORT", "PORT/tcp" or "PORT/udp" (TCP when no
+// protocol is written). Port 0 is refused.
+func ParseHostPort(s string) (HostPort, error) {
+	in := strings.TrimSpace(s)
+	num, proto, hasProto := strings.Cut(in, "/")
+	h := HostPort{Proto: ProtoTCP}
+	if hasProto {
+		switch strings.ToLower(proto) {
+		case "tcp":
+		case "udp":
+			h.Proto = ProtoUDP
+		default:
+			return HostPort{}, fmt.Errorf("%q: the protocol is tcp or udp, e.g. 11434 or 5353/udp", s)
+		}
+	}
+	n, err := strconv.ParseUint(num, 10, 16)
+	if err != nil || n == 0 {
+		return HostPort{}, fmt.Errorf("%q is not a port from 1 to 65535 (e.g. 11434 or 5353/udp)", s)
+	}
+	h.Port = uint16(n)
+	return h, nil
+}
+
+// loopback4 and loopback6 are the host's loopback ranges.
+var (
+	loopback4 = netip.MustParsePrefix("127.0.0.0/8")
+	loopback6 = netip.MustParsePrefix("::1/128")
+)
+
+// RefuseLoopback refuses an allow entry that names the host's loopback:
+// inside the jail, 127.0.0.1 and ::1 are the sandbox's own loopback, so
+// such an entry could never reach the host and would silently do nothing.
+// The host's loopback services are reached through --allow-host-port.
+// ParseAllow applies it (the command line, the shadow's config), as does
+// package sandbox to Spec.Allow; New does not (a policy built in code
+// may allow what it likes, and routes keep loopback local anyway).
+func RefuseLoopback(pfx netip.Prefix) error {
+	pfx = unmapPrefix(pfx)
+	if pfx.Overlaps(loopback4) || pfx.Overlaps(loopback6) {
+		name := pfx.String()
+		if pfx.IsSingleIP() {
+			name = pfx.Addr().String()
+		}
+		return fmt.Errorf("%s is loopback, which inside the jail is the sandbox's own: to reach a service on the host's loopback, use --allow-host-port PORT (config allow-host-port) and connect to host.internal:PORT", name)
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package netpolicy
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestParseHostPort(t *testing.T) {
+	for in, want := range map[string]HostPort{
+		"11434": {ProtoTCP, 11434}, "8080/tcp": {ProtoTCP, 8080}, "5353/udp": {ProtoUDP, 5353}, " 1/UDP ": {ProtoUDP, 1}, "65535": {ProtoTCP, 65535},
+	} {
+		got, err := ParseHostPort(in)
+		if err != nil || got != want {
+			t.Errorf("ParseHostPort(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "65536", "http", "80/sctp", "-1", "80/", "/udp", "127.0.0.1:80"} {
+		if got, err := ParseHostPort(in); err == nil {
+			t.Errorf("ParseHostPort(%q) = %v, want an error", in, got)
+		}
+	}
+}
+
+// Loopback in an allow entry would be the sandbox's own loopback and do
+// nothing: refused, naming --allow-host-port.
+func TestAllowLoopbackRefused(t *testing.T) {
+	for _, in := range []string{"127.0.0.1", "127.0.0.53", "::1", "::ffff:127.0.0.1", "127.0.0.0/8", "127.5.0.0/16", "64.0.0.0/2", "::/127"} {
+		_, err := ParseAllow(in)
+		if err == nil || !strings.Contains(err.Error(), "--allow-host-port") {
+			t.Errorf("ParseAllow(%q): %v, want a refusal naming --allow-host-port", in, err)
+		}
+	}
+	for _, in := range []string{"10.1.2.3", "128.0.0.0/8", "::2", "fd00::/8"} {
+		if _, err := ParseAllow(in); err != nil {
+			t.Errorf("ParseAllow(%q): %v", in, err)
+		}
+	}
+}
+
+func TestParsePublish(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	for in, want := range map[string]Publish{
+		"8080:80":              {lo, 8080, 80, ProtoTCP},
+		"8080:80/tcp":          {lo, 8080, 80, ProtoTCP},
+		"5353:53/udp":          {lo, 5353, 53, ProtoUDP},
+		"0.0.0.0:8080:80":      {netip.IPv4Unspecified(), 8080, 80, ProtoTCP},
+		"[::1]:8080:80":        {netip.IPv6Loopback(), 8080, 80, ProtoTCP},
+		"192.0.2.2:9000:9/UDP": {netip.MustParseAddr("192.0.2.2"), 9000, 9, ProtoUDP},
+	} {
+		got, err := ParsePublish(in)
+		if err != nil || got != want {
+			t.Errorf("ParsePublish(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "80", "0:80", "80:0", "x:80", "::1:80:80", "1.2.3:80:80", "80:80/sctp", "224.0.0.1:80:80", "70000:80"} {
+		if got, err := ParsePublish(in); err == nil {
+			t.Errorf("ParsePublish(%q) = %v, want an error", in, got)
+		}
+	}
+}
+
+// New takes loopback (a policy built in code may allow what it likes);
+// RefuseLoopback, which ParseAllow and package sandbox apply, does not.
+func TestRefuseLoopbackNotInNew(t *testing.T) {
+	if _, err := New(Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}); err != nil {
+		t.Errorf("New with a loopback allow entry: %v", err)
+	}
+	for _, p := range []string{"127.0.0.1/32", "::ffff:127.0.0.1/128", "::1/128"} {
+		if RefuseLoopback(netip.MustParsePrefix(p)) == nil {
+			t.Errorf("RefuseLoopback(%s) = nil", p)
+		}
+	}
+}
