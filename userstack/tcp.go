@@ -19,26 +19,172 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
-// TCP is relayed, not terminated.
+// Theory of operation: the TCP relay.
 //
-// gVisor's TCP endpoints are not used. Each flow is mapped segment by
-// segment onto the host socket dialed for it: data the sandbox sends is
-// written to that socket from the packet path, and what the socket reads
-// is framed into segments here. The stack keeps only the TCP state the
-// sandbox's side needs (sequence numbers, both windows, and the data the
-// sandbox has not acknowledged yet), none of a congestion-controlled
-// stack's: congestion control is the host kernel's business on the real
-// path, and the TUN hop is short and practically loss-free, so a simple
-// retransmission (go-back-N on a timeout, one segment on three duplicate
-// ACKs) is enough. A segment gets here from the TUN's fast path, which
-// takes only ordinary ones (see fastIP), or through gVisor's IP layer,
-// which validates the rest and drops what a non-loopback link must not
-// carry.
+// TCP is relayed, not terminated. gVisor's TCP endpoints are not used:
+// each connection the sandbox opens is mapped segment by segment onto a
+// host socket the relay dials for it. What the sandbox sends is written
+// to that socket; what the socket reads is framed into segments to the
+// sandbox. The relay keeps only the TCP state the sandbox's side needs
+// (sequence numbers, both windows, and the host's data the sandbox has
+// not acknowledged yet). Congestion control, RTT estimation and the
+// retransmissions on the real path are the host kernel's business: the
+// TUN hop is short and practically loss-free, so a fixed-floor timeout
+// (go-back-N) and a fast retransmit of one segment on three duplicate
+// ACKs are enough. Against gVisor's endpoints on the same path this
+// about halves the CPU per round trip and per connection (no receive
+// queue, no processor goroutine, no copy loop, no ACK per segment).
 //
-// Measured against gVisor's endpoints on the same path, this about halves
-// the proxy's CPU per request/response round trip and per connection: an
-// endpoint's receive queue, its processor goroutine, the hand-off to a copy
-// loop and its own ACK for every segment all went away.
+// A segment reaches tcpInput from the TUN's fast path, which takes only
+// ordinary ones (see fastTCP), or through gVisor's IP layer (handleTCP),
+// which validates the rest (fragments, extension headers) and drops what
+// a non-loopback link must not carry. Neither is trusted further:
+// tcpHeaderOK checks the header's length again.
+//
+// # Names and directions
+//
+// A flow is filed under its flowKey as the sandbox sent it: key.src is
+// the sandbox's address and port, key.dst the destination it dialed.
+// Segments the relay frames go the other way: from f.src (key.dst's
+// address, spoofed) to f.dst (key.src's). "rcv" names the sandbox's
+// data toward the host (the relay receives it), "snd" the host's data
+// toward the sandbox (the relay sends it), as a TCP endpoint standing in
+// for the remote end would name them.
+//
+// # A flow's life
+//
+//	SYN from the sandbox, policy allows   newTCP: flow filed, tcpDialing
+//	  host connect completes              hostUp: SYN-ACK, tcpSynRcvd
+//	  host connect fails                  RST, ICMP unreachable or
+//	                                      silence (dialFailed), tcpClosed
+//	sandbox ACKs the SYN-ACK              tcpEstablished
+//	either side's FIN                     flagged (finRcvd, hostEOF);
+//	                                      the state stays established
+//	both FINs passed on and acknowledged  maybeDone: tcpClosed
+//	RST from the sandbox (exact seq),     tcpClosed (host socket closed,
+//	host socket error, give-up on RTO     with a RST where it failed)
+//
+// tcpClosed is final: unlock tears the flow down (timers stopped, host
+// socket closed, buffers released, table entry removed). A segment for a
+// key with no flow gets a RST (rejectTCP), a SYN a new flow. There is no
+// TIME-WAIT: a late retransmission of the sandbox's FIN meets no flow and
+// is reset, which its kernel takes as the end it already saw.
+//
+// The half-closes are four flags: the sandbox's FIN accepted
+// (finRcvd), then passed on as shutdown(SHUT_WR) once everything before
+// it is written (shutWr); the host's EOF read (hostEOF), then sent as a
+// FIN once all its data is sent (finSent). The flow ends when all four
+// are set and the FIN is acknowledged.
+//
+// # Events
+//
+// Every event takes the flow's lock, acts, and leaves through unlock,
+// which brings the host socket's epoll interest up to date (read while
+// the sandbox's window has room and the memory budget allows; write while
+// pend waits) and tears down a flow that closed.
+//
+//   - A segment from the sandbox (segment): RST and SYN checks (RFC 5961),
+//     the handshake's ACK, the ACK and window (processAck), then the data
+//     and FIN (processData): data in order is written to the host socket
+//     at once, without waiting (toHost); what the socket does not take is
+//     queued in pend. Anything out of order is dropped with a duplicate
+//     ACK: nothing is reassembled.
+//   - The host socket readable (pollReady, readSome): read no more than
+//     the sandbox's window and the memory budget allow, one segment per
+//     read (at most the MSS), sent at once; EOF sends the FIN.
+//   - The host socket writable: flush writes pend; once it is empty a
+//     pending FIN is passed on and the window reopened.
+//   - The host socket's error or hang-up: the next read or write meets
+//     it; hostFailed resets the sandbox.
+//   - The dial's end: connected (own sockets, on the loop) or dial (a
+//     Dialer, on a worker).
+//   - Memory given back (mem.go): flows held back send their reopened
+//     window and read again.
+//
+// # Timers
+//
+// Two loop timers per flow (poll.go), both run on the event loop:
+//
+//   - ackTimer, the delayed ACK: a bare ACK waits tcpAckDelay for data to
+//     ride on, unless tcpAckEvery bytes are unacknowledged.
+//   - rtoTimer, one timer for four jobs by state: the dial's timeout
+//     (tcpDialing, own sockets only); the SYN-ACK's retransmission
+//     (tcpSynRcvd, tcpSynRetries times); the retransmission of host data
+//     and FIN (go-back-N from sndUna, tcpRTOMin doubling to tcpRTOMax,
+//     tcpMaxRetries timeouts without progress reset the flow); and the
+//     zero-window probe (a bare ACK at sndUna-1, out of window on
+//     purpose, so that the sandbox answers with its window; never given
+//     up while the sandbox answers). The timer is lazy: progress moves
+//     rtoFrom only, and the timer, when it runs out, re-arms for what is
+//     left.
+//
+// There is no idle timer. An idle flow lives as long as both ends do: the
+// host socket's keepalive (tcpKeepIdle, tcpKeepIntvl, tcpKeepCnt) finds a
+// remote end that vanished and resets the sandbox; the sandbox's own
+// keepalives are answered by the relay (a segment just below rcvNxt gets
+// the current ACK) and never reach the host.
+//
+// # Invariants
+//
+// Sequence numbers (seqnum.Value, compared modulo 2^32):
+//
+//   - The sandbox's space: irs is its SYN; rcvNxt the next byte the relay
+//     expects. Everything below rcvNxt was taken: written to the host
+//     socket or queued in pend (an ACK says the relay has the byte, not
+//     that the remote end does). rcvAcked is the last ACK number sent;
+//     rcvAcked != rcvNxt means an ACK is owed (ackTimer).
+//   - The relay's space: iss is its SYN-ACK's (random; tests fix it);
+//     [sndUna, sndNxt) is in flight: in tcpSynRcvd exactly the SYN; in
+//     tcpEstablished exactly the bytes of sent, plus one for the FIN once
+//     finSent until it is acknowledged. sent holds one chunk per segment
+//     sent, front-trimmed by partial ACKs.
+//   - The send window: sndWnd (bytes, already scaled) is the window of
+//     the last acceptable ACK. New data is sent only while sndNxt - sndUna
+//     is below min(sndWnd, tcpSndBuf) (space); a window the sandbox shrinks
+//     stops new data, and what is in flight stays there.
+//
+// Buffering, and what bounds it:
+//
+//   - pend, the sandbox's data the host socket has not taken: at most
+//     tcpRcvBuf per flow; the window advertised to the sandbox is what is
+//     left of it (rcvWnd, rounded down to the window scale).
+//   - sent, the host's data the sandbox has not acknowledged: at most
+//     min(sndWnd, tcpSndBuf) per flow; nothing is read from the host socket
+//     beyond it, so the rest waits in the host kernel's receive buffer and
+//     its window throttles the remote sender.
+//   - Both are charged to the relay's memory budget (mem.go) before they
+//     are held, and given back when they are let go.
+//   - Nothing out of order is kept, in either direction.
+//
+// Who may touch a flow: every field but st, key, v6, src and dst (fixed
+// when the flow is made) is guarded by mu. The code
+// that takes it: the event loop (the TUN's input in production, host
+// socket readiness, timers, the memory wake-up), a worker finishing a
+// Dialer's dial, the goroutine that injects packets on a link other than
+// the TUN (tests' channel endpoint) and Stack.Close. opening is also
+// guarded by the stack's mu (set and cleared under both). Lock order:
+// a flow's mu, then the stack's mu, never the other way. The host
+// socket is read and written only under mu and only while the flow is
+// not closed; unlock closes it under mu, so no I/O reaches a reused
+// descriptor.
+//
+// # Deliberately absent
+//
+//   - SACK: not offered (the SYN-ACK carries no SACK-permitted), so the
+//     sandbox sends no SACK blocks; one it sends anyway is ignored.
+//   - Timestamps: not offered and ignored; RTT is not measured.
+//   - Out-of-order reassembly: a gap gets a duplicate ACK and the
+//     segment is dropped; the sandbox's fast retransmit fills it.
+//   - Congestion control, Nagle, silly-window avoidance, path MTU
+//     discovery, ECN: the host kernel does these on the real path.
+//   - TIME-WAIT, and an idle timeout (see above).
+//   - Simultaneous open and connections from the host to the sandbox: the
+//     sandbox only connects out.
+//
+// Window scaling is present: offered (tcpWndShift) when the sandbox's SYN
+// offers it, and the sandbox's scale (at most 14) applied to its windows.
+// The MSS is the sandbox's (default tcpDefaultMSS) capped by the link's
+// MTU. Urgent data is relayed both ways (see toHostUrgent, readSome).
 
 const (
 	// tcpWndShift is the window scale the stack offers.
