@@ -307,10 +307,10 @@ func checkRelayState(t *testing.T, st *Stack) {
 	}
 	for _, e := range flows {
 		e.f.mu.Lock()
-		err := e.f.checkState(e.k)
+		err, desc := e.f.checkState(e.k), e.f.String()
 		e.f.mu.Unlock()
 		if err != "" {
-			t.Fatalf("tcp flow %v -> %v: %s", e.k.src, e.k.dst, err)
+			t.Fatalf("tcp flow %s: %s", desc, err)
 		}
 	}
 	if now, peak := st.RelayMemory(); now < 0 || now > st.memBudget || peak > st.memBudget {
@@ -334,7 +334,7 @@ func (f *tcpFlow) checkState(k flowKey) string {
 	for _, p := range f.pend {
 		pend += len(p)
 	}
-	if pend != f.pendLen || f.pendLen > tcpRcvBuf || (f.pendLen > 0) != f.writing && f.state == tcpEstablished {
+	if pend != f.pendLen || f.pendLen > tcpRcvBuf || (f.pendLen > 0) != f.has(pendWaiting) && f.state == tcpEstablished {
 		return "host-bound buffer inconsistent"
 	}
 	sent := uint32(0)
@@ -348,7 +348,7 @@ func (f *tcpFlow) checkState(k flowKey) string {
 			return "SYN-RCVD with data outstanding"
 		}
 	case tcpEstablished:
-		if out != sent && !(f.finSent && out == sent+1) {
+		if out != sent && !(f.has(finToSandbox) && out == sent+1) {
 			return "outstanding sequence space does not match the data kept"
 		}
 		if out > tcpSndBuf+1 {

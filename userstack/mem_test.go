@@ -196,7 +196,7 @@ func TestRelayMemoryWakesAFlowHeldBack(t *testing.T) {
 	bf := b.flow(t)
 	for range 2000 {
 		bf.mu.Lock()
-		waiting := bf.memWait
+		waiting := bf.has(waitingMem)
 		bf.mu.Unlock()
 		if waiting {
 			break
@@ -204,8 +204,8 @@ func TestRelayMemoryWakesAFlowHeldBack(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	bf.mu.Lock()
-	if !bf.memWait || bf.sndNxt != b.iss+1 {
-		t.Fatalf("b: waiting %v, %d bytes sent; want it held back", bf.memWait, bf.sndNxt-b.iss-1)
+	if !bf.has(waitingMem) || bf.sndNxt != b.iss+1 {
+		t.Fatalf("b: waiting %v, %d bytes sent; want it held back", bf.has(waitingMem), bf.sndNxt-b.iss-1)
 	}
 	// Its retransmission timer, still armed from the handshake, would
 	// look at it once more: only the wake-up may.

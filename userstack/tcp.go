@@ -3,6 +3,7 @@ package userstack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -45,8 +46,8 @@ import (
 //
 // A flow is filed under its flowKey as the sandbox sent it: key.src is
 // the sandbox's address and port, key.dst the destination it dialed.
-// Segments the relay frames go the other way: from f.src (key.dst's
-// address, spoofed) to f.dst (key.src's). "rcv" names the sandbox's
+// Segments the relay frames go the other way: from remoteAddr (key.dst's
+// address, spoofed) to sandboxAddr (key.src's). "rcv" names the sandbox's
 // data toward the host (the relay receives it), "snd" the host's data
 // toward the sandbox (the relay sends it), as a TCP endpoint standing in
 // for the remote end would name them.
@@ -58,7 +59,7 @@ import (
 //	  host connect fails                  RST, ICMP unreachable or
 //	                                      silence (dialFailed), tcpClosed
 //	sandbox ACKs the SYN-ACK              tcpEstablished
-//	either side's FIN                     flagged (finRcvd, hostEOF);
+//	either side's FIN                     flagged (finFromSandbox, eofFromHost);
 //	                                      the state stays established
 //	both FINs passed on and acknowledged  maybeDone: tcpClosed
 //	RST from the sandbox (exact seq),     tcpClosed (host socket closed,
@@ -70,10 +71,10 @@ import (
 // TIME-WAIT: a late retransmission of the sandbox's FIN meets no flow and
 // is reset, which its kernel takes as the end it already saw.
 //
-// The half-closes are four flags: the sandbox's FIN accepted
-// (finRcvd), then passed on as shutdown(SHUT_WR) once everything before
-// it is written (shutWr); the host's EOF read (hostEOF), then sent as a
-// FIN once all its data is sent (finSent). The flow ends when all four
+// The half-closes are four flags (flowFlags): the sandbox's FIN accepted
+// (finFromSandbox), then passed on as shutdown(SHUT_WR) once everything
+// before it is written (finToHost); the host's EOF read (eofFromHost),
+// then sent as a FIN once all its data is sent (finToSandbox). The flow ends when all four
 // are set and the FIN is acknowledged.
 //
 // # Events
@@ -136,7 +137,7 @@ import (
 //   - The relay's space: iss is its SYN-ACK's (random; tests fix it);
 //     [sndUna, sndNxt) is in flight: in tcpSynRcvd exactly the SYN; in
 //     tcpEstablished exactly the bytes of sent, plus one for the FIN once
-//     finSent until it is acknowledged. sent holds one chunk per segment
+//     finToSandbox until it is acknowledged. sent holds one chunk per segment
 //     sent, front-trimmed by partial ACKs.
 //   - The send window: sndWnd (bytes, already scaled) is the window of
 //     the last acceptable ACK. New data is sent only while sndNxt - sndUna
@@ -156,8 +157,8 @@ import (
 //     are held, and given back when they are let go.
 //   - Nothing out of order is kept, in either direction.
 //
-// Who may touch a flow: every field but st, key, v6, src and dst (fixed
-// when the flow is made) is guarded by mu. The code
+// Who may touch a flow: every field but st, key, v6, remoteAddr and
+// sandboxAddr (fixed when the flow is made) is guarded by mu. The code
 // that takes it: the event loop (the TUN's input in production, host
 // socket readiness, timers, the memory wake-up), a worker finishing a
 // Dialer's dial, the goroutine that injects packets on a link other than
@@ -262,22 +263,23 @@ type tcpChunk struct {
 // it reads while the sandbox's window has room, and writes what the
 // sandbox sent that the socket did not take at once.
 type tcpFlow struct {
-	st       *Stack
-	key      flowKey // src: the sandbox's end; dst: the destination it dialed
-	v6       bool
-	src, dst tcpip.Address // dst's and src's addresses, for framing
+	st  *Stack
+	key flowKey // src: the sandbox's end; dst: the destination it dialed
+	v6  bool
+	// The two ends' addresses, for framing: segments to the sandbox go
+	// from remoteAddr (key.dst's address) to sandboxAddr (key.src's).
+	remoteAddr, sandboxAddr tcpip.Address
 
 	mu    sync.Mutex
 	state tcpState
 	// pollFD: the host socket (fd, -1 before the dial) and its
 	// registration on the event loop.
 	pollFD
-	early bool // the host spoke before the sandbox's handshake ended
-	reset bool // close the host socket with a RST (SO_LINGER 0)
+	flags flowFlags // what has happened to the flow (see flowFlags)
 	// opening: counted in st.opening (dialing or SYN-RCVD). Set and
-	// cleared under both mu and st.mu; read under either.
+	// cleared under both mu and st.mu; read under either. Not a bit of
+	// flags: those change under mu alone.
 	opening bool
-	closed  bool // torn down (timers stopped, table entry removed)
 
 	// The sandbox's data, toward the host.
 	irs      uint32
@@ -287,11 +289,7 @@ type tcpFlow struct {
 	rcvShift uint8    // our window scale (0 if the sandbox offered none)
 	pend     [][]byte // accepted and acknowledged, not yet written to the host
 	pendLen  int      // held of the relay's memory budget
-	writing  bool     // pend waits for room in the host socket
-	finRcvd  bool     // the sandbox's FIN is accepted
-	shutWr   bool     // passed on: the host socket's sending side is shut
-	rcvUrg   bool     // the sandbox sent urgent data: rcvUp is its pointer
-	rcvUp    uint32   // one past the sandbox's urgent byte (BSD, as Linux sends)
+	rcvUp    uint32   // one past the sandbox's urgent byte (BSD, as Linux sends), with urgFromSandbox
 
 	// The host's data, toward the sandbox.
 	iss      uint32
@@ -301,22 +299,97 @@ type tcpFlow struct {
 	sndShift uint8
 	mss      int
 	sent     []tcpChunk // from sndUna on
-	hostEOF  bool
-	finSent  bool
-	urgIn    bool   // the host socket has urgent data not yet read (EPOLLPRI)
-	sndUrg   bool   // segments before sndUp carry URG
-	sndUp    uint32 // one past the host's urgent byte, in the sandbox's sequence
+	sndUp    uint32     // one past the host's urgent byte, in the sandbox's sequence, with urgToSandbox
 	dupAcks  int
 	retries  int
 	rto      time.Duration
 
 	ackTimer loopTimer
-	ackArmed bool
 	rtoTimer loopTimer // the dial's timeout while dialing
-	rtoArmed bool
 	rtoFrom  time.Time // since when the oldest outstanding segment waits
+}
 
-	memWait bool // on the stack's list of flows waiting for memory (mem.go)
+// flowFlags are what has happened to a flow beyond its state: the
+// half-closes each way, urgent data each way, the timers armed, and the
+// conditions the event loop waits on. A typed bit set, so that a flow
+// prints readably (String) in logs and test failures.
+type flowFlags uint16
+
+const (
+	// The sandbox's data, toward the host.
+	finFromSandbox flowFlags = 1 << iota // the sandbox's FIN is accepted (rcvNxt counts it)
+	finToHost                            // passed on: the host socket's sending side is shut (SHUT_WR)
+	pendWaiting                          // pend waits for room in the host socket
+	urgFromSandbox                       // the sandbox sent urgent data: rcvUp is its pointer
+	// The host's data, toward the sandbox.
+	eofFromHost    // the host socket read its end
+	finToSandbox   // the host's FIN is sent (sndNxt counts it)
+	urgFromHost    // the host socket has urgent data not yet read (EPOLLPRI)
+	urgToSandbox   // segments before sndUp carry URG
+	hostSpokeFirst // the host's data came before the sandbox's handshake ended
+	// Timers and waits.
+	ackTimerArmed // the delayed ACK is due
+	rtoTimerArmed // the retransmission (or probe, SYN-ACK, dial) timer runs
+	waitingMem    // on the stack's list of flows waiting for memory (mem.go)
+	// The end.
+	resetHost // close the host socket with a RST (SO_LINGER 0)
+	tornDown  // torn down: timers stopped, table entry removed
+)
+
+var flowFlagNames = [...]string{
+	"FIN_FROM_SANDBOX", "FIN_TO_HOST", "PEND_WAITING", "URG_FROM_SANDBOX",
+	"EOF_FROM_HOST", "FIN_TO_SANDBOX", "URG_FROM_HOST", "URG_TO_SANDBOX", "HOST_SPOKE_FIRST",
+	"ACK_TIMER", "RTO_TIMER", "WAITING_MEM",
+	"RESET_HOST", "TORN_DOWN",
+}
+
+// String names the flags set, "|"-separated ("-" for none).
+func (fl flowFlags) String() string {
+	if fl == 0 {
+		return "-"
+	}
+	var b []byte
+	for i, name := range flowFlagNames {
+		if fl&(1<<i) != 0 {
+			if len(b) > 0 {
+				b = append(b, '|')
+			}
+			b = append(b, name...)
+		}
+	}
+	if rest := fl &^ (1<<len(flowFlagNames) - 1); rest != 0 {
+		if len(b) > 0 {
+			b = append(b, '|')
+		}
+		b = fmt.Appendf(b, "%#x", uint16(rest))
+	}
+	return string(b)
+}
+
+// has reports whether every flag of fl is set.
+func (f *tcpFlow) has(fl flowFlags) bool { return f.flags&fl == fl }
+
+func (s tcpState) String() string {
+	switch s {
+	case tcpDialing:
+		return "DIALING"
+	case tcpSynRcvd:
+		return "SYN_RCVD"
+	case tcpEstablished:
+		return "ESTABLISHED"
+	case tcpClosed:
+		return "CLOSED"
+	}
+	return fmt.Sprintf("tcpState(%d)", uint8(s))
+}
+
+// String describes f (under f.mu) for logs and tests: its ends, state,
+// flags and sequence numbers relative to the initial ones.
+func (f *tcpFlow) String() string {
+	return fmt.Sprintf("%s -> %s %s [%s] rcv %d+%d wnd %d, snd %d..%d wnd %d",
+		f.key.src, f.key.dst, f.state, f.flags,
+		f.rcvNxt-f.irs-1, f.pendLen, f.rcvWnd,
+		f.sndUna-f.iss-1, f.sndNxt-f.iss-1, f.sndWnd)
 }
 
 func seqLT(a, b uint32) bool { return int32(a-b) < 0 }
@@ -324,13 +397,13 @@ func seqGT(a, b uint32) bool { return int32(a-b) > 0 }
 
 // tcpIn is a segment from the sandbox.
 type tcpIn struct {
-	v6     bool
-	local  tcpip.Address // the destination the sandbox addressed
-	remote tcpip.Address // the sandbox's address
-	key    flowKey
-	h      header.TCP // with its options
-	data   [][]byte   // the payload
-	n      int        // its length
+	v6          bool
+	remoteAddr  tcpip.Address // the destination the sandbox addressed
+	sandboxAddr tcpip.Address // the sandbox's address
+	key         flowKey
+	h           header.TCP // with its options
+	data        [][]byte   // the payload
+	n           int        // its length
 }
 
 // handleTCP receives the TCP segments gVisor's IP layer delivers (there
@@ -345,9 +418,9 @@ func (st *Stack) handleTCP(id stack.TransportEndpointID, pkt *stack.PacketBuffer
 	var small [4][]byte
 	n := pkt.Data().Size()
 	st.tcpInput(&tcpIn{
-		v6:     id.LocalAddress.BitLen() == 128,
-		local:  id.LocalAddress,
-		remote: id.RemoteAddress,
+		v6:          id.LocalAddress.BitLen() == 128,
+		remoteAddr:  id.LocalAddress, // gVisor's "local" end is the destination
+		sandboxAddr: id.RemoteAddress,
 		key: flowKey{
 			src: netip.AddrPortFrom(toAddr(id.RemoteAddress), id.RemotePort),
 			dst: netip.AddrPortFrom(toAddr(id.LocalAddress), id.LocalPort),
@@ -422,7 +495,7 @@ func (st *Stack) rejectTCP(in *tcpIn) {
 	if !ok {
 		return
 	}
-	seg := tcpSegment{v6: in.v6, src: in.local, dst: in.remote, srcPort: h.DestinationPort(), dstPort: h.SourcePort(), flags: out, seq: seq, ack: ack}
+	seg := tcpSegment{v6: in.v6, src: in.remoteAddr, dst: in.sandboxAddr, srcPort: h.DestinationPort(), dstPort: h.SourcePort(), flags: out, seq: seq, ack: ack}
 	if err := st.writeTCP(&seg, nil); err != nil {
 		st.cfg.Logf("userstack: tcp reset to %v: %v", in.key.src, err)
 	}
@@ -443,15 +516,15 @@ func (st *Stack) newTCP(in *tcpIn) {
 	}
 	opts := header.ParseSynOptions(h.Options(), false)
 	f := &tcpFlow{
-		st:     st,
-		key:    key,
-		v6:     in.v6,
-		src:    in.local,
-		dst:    in.remote,
-		pollFD: pollFD{fd: -1},
-		irs:    h.SequenceNumber(),
-		rcvNxt: h.SequenceNumber() + 1,
-		rto:    tcpRTOMin,
+		st:          st,
+		key:         key,
+		v6:          in.v6,
+		remoteAddr:  in.remoteAddr,
+		sandboxAddr: in.sandboxAddr,
+		pollFD:      pollFD{fd: -1},
+		irs:         h.SequenceNumber(),
+		rcvNxt:      h.SequenceNumber() + 1,
+		rto:         tcpRTOMin,
 	}
 	f.ackTimer = newLoopTimer(f)
 	f.rtoTimer = newLoopTimer(f)
@@ -705,14 +778,14 @@ func (f *tcpFlow) pollReady(events uint32) {
 			f.hostFailed(syscall.Errno(n))
 			return
 		}
-		f.early = true // read once the sandbox completes its handshake
+		f.flags |= hostSpokeFirst // read once the sandbox completes its handshake
 		return
 	}
-	if f.writing && events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+	if f.has(pendWaiting) && events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		f.flush()
 	}
 	if events&unix.EPOLLPRI != 0 {
-		f.urgIn = true
+		f.flags |= urgFromHost
 	}
 	if f.hostOpen() && events&(unix.EPOLLIN|unix.EPOLLPRI|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		f.readSome()
@@ -743,7 +816,7 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		// window it is dropped.
 		switch {
 		case seq == f.rcvNxt:
-			f.reset = true
+			f.flags |= resetHost
 			f.state = tcpClosed
 		case seq-f.rcvNxt < f.window():
 			f.sendAck()
@@ -778,9 +851,10 @@ func (f *tcpFlow) segment(in *tcpIn) {
 	n := in.n
 	if flags.Contains(header.TCPFlagUrg) && h.UrgentPointer() != 0 {
 		// RFC 9293 3.10.7.4: the urgent pointer only moves forward.
-		if up := seq + uint32(h.UrgentPointer()); !f.rcvUrg || seqGT(up, f.rcvUp) {
+		if up := seq + uint32(h.UrgentPointer()); !f.has(urgFromSandbox) || seqGT(up, f.rcvUp) {
 			if seqGT(up, f.rcvNxt) {
-				f.rcvUrg, f.rcvUp = true, up
+				f.flags |= urgFromSandbox
+				f.rcvUp = up
 			}
 		}
 	}
@@ -794,10 +868,10 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		// window probe, answered with the current ACK and window.
 		f.sendAck()
 	}
-	if f.early && f.hostOpen() {
+	if f.has(hostSpokeFirst) && f.hostOpen() {
 		// The host spoke first (a greeting, a banner) and its data waits
 		// in the socket: send it now rather than a turn of the loop later.
-		f.early = false
+		f.flags &^= hostSpokeFirst
 		f.readSome()
 	}
 	f.maybeDone()
@@ -830,7 +904,7 @@ func (f *tcpFlow) processAck(ack, wnd uint32, bare bool) {
 		f.retries = 0
 	}
 	f.sndWnd = wnd // a wider window: unlock reads the host again
-	if wnd == 0 && f.sndUna == f.sndNxt && f.hostOpen() && !f.rtoArmed {
+	if wnd == 0 && f.sndUna == f.sndNxt && f.hostOpen() && !f.has(rtoTimerArmed) {
 		f.startRTO() // a window probe, if the sandbox's update is lost
 	}
 }
@@ -880,7 +954,7 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 		f.sendAck() // a gap: duplicate ACK
 		return
 	}
-	if f.finRcvd {
+	if f.has(finFromSandbox) {
 		f.sendAck()
 		return
 	}
@@ -891,7 +965,7 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 	if take > 0 {
 		var took int
 		var ok bool
-		if f.rcvUrg && f.rcvUp-1-f.rcvNxt < uint32(take) {
+		if f.has(urgFromSandbox) && f.rcvUp-1-f.rcvNxt < uint32(take) {
 			took, ok = f.toHostUrgent(data, skip, take)
 		} else {
 			took, ok = f.toHost(data, skip, take)
@@ -910,9 +984,9 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 	}
 	if fin {
 		f.rcvNxt++
-		f.finRcvd = true
+		f.flags |= finFromSandbox
 		f.shutHost()
-		if f.finSent {
+		if f.has(finToSandbox) {
 			f.sendAck() // the last segment of the flow
 		} else {
 			f.armAck() // the host's FIN, if it follows soon, carries it
@@ -934,7 +1008,7 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 func (f *tcpFlow) toHost(data [][]byte, skip, take int) (int, bool) {
 	var small [4][]byte
 	parts := cutSlices(small[:0], data, skip, take)
-	if !f.writing {
+	if !f.has(pendWaiting) {
 		n, err := rawWritev(f.fd, parts)
 		switch {
 		case err == unix.EAGAIN || err == unix.EINTR:
@@ -966,7 +1040,7 @@ func (f *tcpFlow) toHost(data [][]byte, skip, take int) (int, bool) {
 		}
 		f.pend = append(f.pend, append(make([]byte, 0, max(len(p), tcpPendChunk)), p...))
 	}
-	f.writing = true
+	f.flags |= pendWaiting
 	return took, true
 }
 
@@ -979,9 +1053,9 @@ func (f *tcpFlow) toHost(data [][]byte, skip, take int) (int, bool) {
 // data before it.
 func (f *tcpFlow) toHostUrgent(data [][]byte, skip, take int) (int, bool) {
 	at := int(f.rcvUp - 1 - f.rcvNxt)
-	f.rcvUrg = false
+	f.flags &^= urgFromSandbox
 	took, ok := f.toHost(data, skip, at)
-	if !ok || took < at || f.writing {
+	if !ok || took < at || f.has(pendWaiting) {
 		if ok && took == at {
 			more, ok := f.toHost(data, skip+at, take-at)
 			return took + more, ok
@@ -1077,7 +1151,7 @@ func (f *tcpFlow) flush() {
 	}
 	f.st.memGive(f.pendLen) // what a failed host socket will never take
 	f.pend, f.pendLen = nil, 0
-	f.writing = false
+	f.flags &^= pendWaiting
 	if f.state != tcpClosed {
 		f.shutHost()
 		// The window reopens: say so if it had closed below half.
@@ -1091,10 +1165,10 @@ func (f *tcpFlow) flush() {
 // shutHost passes the sandbox's FIN on once everything before it is
 // written.
 func (f *tcpFlow) shutHost() {
-	if !f.finRcvd || f.shutWr || f.writing {
+	if !f.has(finFromSandbox) || f.has(finToHost) || f.has(pendWaiting) {
 		return
 	}
-	f.shutWr = true
+	f.flags |= finToHost
 	if err := unix.Shutdown(f.fd, unix.SHUT_WR); err != nil && err != unix.ENOTCONN {
 		f.hostFailed(err)
 	}
@@ -1125,17 +1199,19 @@ func (f *tcpFlow) readSome() {
 			room = min(room, grant, tcpCopyBelow-1)
 		}
 		urgent := false
-		if f.urgIn {
+		if f.has(urgFromHost) {
 			// A read stops short of the mark: at it, the first byte
 			// read is the urgent one.
 			if at, err := unix.IoctlGetInt(f.fd, unix.SIOCATMARK); err == nil && at == 1 {
-				urgent, f.urgIn = true, false
+				urgent = true
+				f.flags &^= urgFromHost
 			}
 		}
 		buf := readBuffers.Get().(*[]byte)
 		n, err := rawRead(f.fd, (*buf)[:room])
 		if urgent && err == nil && n > 0 {
-			f.sndUrg, f.sndUp = true, f.sndNxt+1
+			f.flags |= urgToSandbox
+			f.sndUp = f.sndNxt + 1
 		}
 		switch {
 		case err == unix.EAGAIN || err == unix.EINTR:
@@ -1150,7 +1226,7 @@ func (f *tcpFlow) readSome() {
 		case n == 0:
 			readBuffers.Put(buf)
 			f.st.memGive(grant)
-			f.hostEOF = true
+			f.flags |= eofFromHost
 			f.sendFin()
 			f.maybeDone()
 			return
@@ -1182,7 +1258,7 @@ func (f *tcpFlow) space() int {
 // it is acknowledged.
 func (f *tcpFlow) sendData(c tcpChunk) {
 	seg := f.seg(header.TCPFlagAck|header.TCPFlagPsh, f.sndNxt)
-	if f.sndUna == f.sndNxt || !f.rtoArmed {
+	if f.sndUna == f.sndNxt || !f.has(rtoTimerArmed) {
 		f.startRTO()
 	}
 	f.sent = append(f.sent, c)
@@ -1192,12 +1268,12 @@ func (f *tcpFlow) sendData(c tcpChunk) {
 
 // sendFin sends the host's FIN once all its data is sent.
 func (f *tcpFlow) sendFin() {
-	if f.finSent {
+	if f.has(finToSandbox) {
 		return
 	}
-	f.finSent = true
+	f.flags |= finToSandbox
 	seg := f.seg(header.TCPFlagAck|header.TCPFlagFin, f.sndNxt)
-	if f.sndUna == f.sndNxt || !f.rtoArmed {
+	if f.sndUna == f.sndNxt || !f.has(rtoTimerArmed) {
 		f.startRTO()
 	}
 	f.sndNxt++
@@ -1220,7 +1296,7 @@ func (f *tcpFlow) retransmit(one bool) {
 			return
 		}
 	}
-	if f.finSent && seq != f.sndNxt {
+	if f.has(finToSandbox) && seq != f.sndNxt {
 		seg := f.seg(header.TCPFlagAck|header.TCPFlagFin, seq)
 		f.write(&seg, nil)
 	}
@@ -1260,15 +1336,15 @@ func (f *tcpFlow) seg(flags header.TCPFlags, seq uint32) tcpSegment {
 	}
 	f.rcvWnd = w >> f.rcvShift << f.rcvShift
 	s := tcpSegment{
-		v6: f.v6, src: f.src, dst: f.dst, srcPort: f.key.dst.Port(), dstPort: f.key.src.Port(),
+		v6: f.v6, src: f.remoteAddr, dst: f.sandboxAddr, srcPort: f.key.dst.Port(), dstPort: f.key.src.Port(),
 		flags: flags, seq: seq, ack: f.rcvNxt, wnd: uint16(f.rcvWnd >> f.rcvShift),
 	}
-	if f.sndUrg {
+	if f.has(urgToSandbox) {
 		// Every segment before the urgent pointer carries it (RFC 9293
 		// 3.8.5), retransmissions included, until it is acknowledged.
 		switch {
 		case !seqLT(f.sndUna, f.sndUp):
-			f.sndUrg = false
+			f.flags &^= urgToSandbox
 		case seqLT(seq, f.sndUp) && f.sndUp-seq <= 0xffff:
 			s.flags |= header.TCPFlagUrg
 			s.urg = uint16(f.sndUp - seq)
@@ -1322,20 +1398,20 @@ func (f *tcpFlow) hostFailed(err error) {
 	if f.state == tcpClosed {
 		return
 	}
-	f.st.cfg.Logf("userstack: tcp %s -> %s: host side: %v", f.key.src, f.key.dst, err)
+	f.st.cfg.Logf("userstack: tcp %v: host side: %v", f, err)
 	f.sendReset()
-	f.reset = true
+	f.flags |= resetHost
 	f.state = tcpClosed
 }
 
 // hostOpen reports whether the host side is still read: established, and
 // no EOF from the host yet.
-func (f *tcpFlow) hostOpen() bool { return f.state == tcpEstablished && !f.hostEOF }
+func (f *tcpFlow) hostOpen() bool { return f.state == tcpEstablished && !f.has(eofFromHost) }
 
 // maybeDone ends a flow both sides have closed and acknowledged.
 func (f *tcpFlow) maybeDone() {
-	if f.state == tcpEstablished && f.finRcvd && f.shutWr && !f.writing &&
-		f.finSent && f.sndUna == f.sndNxt && !f.hostOpen() {
+	if f.state == tcpEstablished && f.has(finFromSandbox) && f.has(finToHost) && !f.has(pendWaiting) &&
+		f.has(finToSandbox) && f.sndUna == f.sndNxt && !f.hostOpen() {
 		f.state = tcpClosed
 	}
 }
@@ -1351,17 +1427,17 @@ func (f *tcpFlow) timerFired(t *loopTimer) {
 }
 
 func (f *tcpFlow) armAck() {
-	if f.ackArmed {
+	if f.has(ackTimerArmed) {
 		return
 	}
-	f.ackArmed = true
+	f.flags |= ackTimerArmed
 	f.st.poll.arm(&f.ackTimer, tcpAckDelay)
 }
 
 func (f *tcpFlow) onAckTimer() {
 	f.mu.Lock()
 	defer f.unlock()
-	f.ackArmed = false
+	f.flags &^= ackTimerArmed
 	if f.rcvAcked != f.rcvNxt {
 		f.sendAck()
 	}
@@ -1375,20 +1451,20 @@ func (f *tcpFlow) onAckTimer() {
 // startRTO starts the wait of what is outstanding now.
 func (f *tcpFlow) startRTO() {
 	f.rtoFrom = time.Now()
-	if !f.rtoArmed {
+	if !f.has(rtoTimerArmed) {
 		f.armRTO(f.rto)
 	}
 }
 
 func (f *tcpFlow) armRTO(d time.Duration) {
 	f.st.poll.arm(&f.rtoTimer, d)
-	f.rtoArmed = true
+	f.flags |= rtoTimerArmed
 }
 
 func (f *tcpFlow) stopRTO() {
-	if f.rtoArmed {
+	if f.has(rtoTimerArmed) {
 		f.st.poll.stop(&f.rtoTimer)
-		f.rtoArmed = false
+		f.flags &^= rtoTimerArmed
 	}
 }
 
@@ -1397,10 +1473,10 @@ func (f *tcpFlow) stopRTO() {
 func (f *tcpFlow) onRTO() {
 	f.mu.Lock()
 	defer f.unlock()
-	if !f.rtoArmed {
+	if !f.has(rtoTimerArmed) {
 		return // stopped after it was due
 	}
-	f.rtoArmed = false
+	f.flags &^= rtoTimerArmed
 	if f.state == tcpDialing {
 		f.dialFailed(errDialTimeout)
 		return
@@ -1418,9 +1494,9 @@ func (f *tcpFlow) onRTO() {
 	}
 	f.retries++
 	if f.retries > tcpMaxRetries || (f.state == tcpSynRcvd && f.retries > tcpSynRetries) {
-		f.st.cfg.Logf("userstack: tcp %s -> %s: the sandbox stopped acknowledging", f.key.src, f.key.dst)
+		f.st.cfg.Logf("userstack: tcp %v: the sandbox stopped acknowledging", f)
 		f.sendReset()
-		f.reset = true
+		f.flags |= resetHost
 		f.state = tcpClosed
 		return
 	}
@@ -1449,18 +1525,18 @@ func (f *tcpFlow) unlock() {
 	}
 	if f.state == tcpClosed && f.fd >= 0 {
 		// Also a dial's socket that arrives after the flow closed.
-		if f.reset {
+		if f.has(resetHost) {
 			_ = unix.SetsockoptLinger(f.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 		}
 		f.st.poll.forget(&f.pollFD)
 		unix.Close(f.fd)
 		f.fd = -1
 	}
-	if f.state != tcpClosed || f.closed {
+	if f.state != tcpClosed || f.has(tornDown) {
 		f.mu.Unlock()
 		return
 	}
-	f.closed = true
+	f.flags |= tornDown
 	f.st.poll.stop(&f.ackTimer)
 	f.stopRTO()
 	for i := range f.sent {
@@ -1493,7 +1569,7 @@ func (f *tcpFlow) interest() uint32 {
 	case tcpDialing:
 		ev = unix.EPOLLOUT
 	case tcpSynRcvd:
-		if !f.early {
+		if !f.has(hostSpokeFirst) {
 			ev = unix.EPOLLIN // just to hear of an error: data waits
 		}
 	case tcpEstablished:
@@ -1504,7 +1580,7 @@ func (f *tcpFlow) interest() uint32 {
 				f.waitMem(0) // read again once memory is given back
 			}
 		}
-		if f.writing {
+		if f.has(pendWaiting) {
 			ev |= unix.EPOLLOUT
 		}
 	}
