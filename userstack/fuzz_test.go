@@ -16,6 +16,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
@@ -337,11 +338,11 @@ func (f *tcpFlow) checkState(k flowKey) string {
 	if pend != f.pendLen || f.pendLen > tcpRcvBuf || (f.pendLen > 0) != f.has(pendWaiting) && f.state == tcpEstablished {
 		return "host-bound buffer inconsistent"
 	}
-	sent := uint32(0)
+	sent := seqnum.Size(0)
 	for _, c := range f.sent {
-		sent += uint32(len(c.data))
+		sent += seqnum.Size(len(c.data))
 	}
-	out := f.sndNxt - f.sndUna
+	out := f.sndUna.Size(f.sndNxt)
 	switch f.state {
 	case tcpSynRcvd:
 		if out != 1 || sent != 0 {

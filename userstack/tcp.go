@@ -15,6 +15,7 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
@@ -282,24 +283,24 @@ type tcpFlow struct {
 	opening bool
 
 	// The sandbox's data, toward the host.
-	irs      uint32
-	rcvNxt   uint32
-	rcvAcked uint32   // the last ACK number sent
-	rcvWnd   uint32   // the last window sent, in bytes
-	rcvShift uint8    // our window scale (0 if the sandbox offered none)
-	pend     [][]byte // accepted and acknowledged, not yet written to the host
-	pendLen  int      // held of the relay's memory budget
-	rcvUp    uint32   // one past the sandbox's urgent byte (BSD, as Linux sends), with urgFromSandbox
+	irs      seqnum.Value
+	rcvNxt   seqnum.Value
+	rcvAcked seqnum.Value // the last ACK number sent
+	rcvWnd   seqnum.Size  // the last window sent, in bytes
+	rcvShift uint8        // our window scale (0 if the sandbox offered none)
+	pend     [][]byte     // accepted and acknowledged, not yet written to the host
+	pendLen  int          // held of the relay's memory budget
+	rcvUp    seqnum.Value // one past the sandbox's urgent byte (BSD, as Linux sends), with urgFromSandbox
 
 	// The host's data, toward the sandbox.
-	iss      uint32
-	sndUna   uint32
-	sndNxt   uint32
-	sndWnd   uint32 // the sandbox's window, in bytes
+	iss      seqnum.Value
+	sndUna   seqnum.Value
+	sndNxt   seqnum.Value
+	sndWnd   seqnum.Size // the sandbox's window, in bytes
 	sndShift uint8
 	mss      int
-	sent     []tcpChunk // from sndUna on
-	sndUp    uint32     // one past the host's urgent byte, in the sandbox's sequence, with urgToSandbox
+	sent     []tcpChunk   // from sndUna on
+	sndUp    seqnum.Value // one past the host's urgent byte, in the sandbox's sequence, with urgToSandbox
 	dupAcks  int
 	retries  int
 	rto      time.Duration
@@ -388,12 +389,9 @@ func (s tcpState) String() string {
 func (f *tcpFlow) String() string {
 	return fmt.Sprintf("%s -> %s %s [%s] rcv %d+%d wnd %d, snd %d..%d wnd %d",
 		f.key.src, f.key.dst, f.state, f.flags,
-		f.rcvNxt-f.irs-1, f.pendLen, f.rcvWnd,
-		f.sndUna-f.iss-1, f.sndNxt-f.iss-1, f.sndWnd)
+		f.irs.Add(1).Size(f.rcvNxt), f.pendLen, f.rcvWnd,
+		f.iss.Add(1).Size(f.sndUna), f.iss.Add(1).Size(f.sndNxt), f.sndWnd)
 }
-
-func seqLT(a, b uint32) bool { return int32(a-b) < 0 }
-func seqGT(a, b uint32) bool { return int32(a-b) > 0 }
 
 // tcpIn is a segment from the sandbox.
 type tcpIn struct {
@@ -495,7 +493,7 @@ func (st *Stack) rejectTCP(in *tcpIn) {
 	if !ok {
 		return
 	}
-	seg := tcpSegment{v6: in.v6, src: in.remoteAddr, dst: in.sandboxAddr, srcPort: h.DestinationPort(), dstPort: h.SourcePort(), flags: out, seq: seq, ack: ack}
+	seg := tcpSegment{v6: in.v6, src: in.remoteAddr, dst: in.sandboxAddr, srcPort: h.DestinationPort(), dstPort: h.SourcePort(), flags: out, seq: seqnum.Value(seq), ack: seqnum.Value(ack)}
 	if err := st.writeTCP(&seg, nil); err != nil {
 		st.cfg.Logf("userstack: tcp reset to %v: %v", in.key.src, err)
 	}
@@ -522,8 +520,8 @@ func (st *Stack) newTCP(in *tcpIn) {
 		remoteAddr:  in.remoteAddr,
 		sandboxAddr: in.sandboxAddr,
 		pollFD:      pollFD{fd: -1},
-		irs:         h.SequenceNumber(),
-		rcvNxt:      h.SequenceNumber() + 1,
+		irs:         seqnum.Value(h.SequenceNumber()),
+		rcvNxt:      seqnum.Value(h.SequenceNumber()).Add(1),
 		rto:         tcpRTOMin,
 	}
 	f.ackTimer = newLoopTimer(f)
@@ -533,7 +531,7 @@ func (st *Stack) newTCP(in *tcpIn) {
 		f.sndShift = uint8(min(opts.WS, 14))
 		f.rcvShift = tcpWndShift
 	}
-	f.sndWnd = uint32(h.WindowSize()) // a SYN's window is never scaled
+	f.sndWnd = seqnum.Size(h.WindowSize()) // a SYN's window is never scaled
 	f.mss = int(opts.MSS)
 	if f.mss == 0 {
 		f.mss = tcpDefaultMSS
@@ -686,8 +684,8 @@ func (f *tcpFlow) hostUp() {
 	// Urgent data stays in the stream, in its place (reads stop at its
 	// mark, which SIOCATMARK tells): readSome marks it for the sandbox.
 	_ = unix.SetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_OOBINLINE, 1)
-	f.iss = tcpISS()
-	f.sndUna, f.sndNxt = f.iss, f.iss+1
+	f.iss = seqnum.Value(tcpISS())
+	f.sndUna, f.sndNxt = f.iss, f.iss.Add(1)
 	f.state = tcpSynRcvd
 	f.sendSynAck()
 	f.startRTO()
@@ -796,7 +794,7 @@ func (f *tcpFlow) pollReady(events uint32) {
 func (f *tcpFlow) segment(in *tcpIn) {
 	h := in.h
 	flags := h.Flags()
-	seq := h.SequenceNumber()
+	seq := seqnum.Value(h.SequenceNumber())
 	f.mu.Lock()
 	defer f.unlock()
 	switch f.state {
@@ -818,7 +816,7 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		case seq == f.rcvNxt:
 			f.flags |= resetHost
 			f.state = tcpClosed
-		case seq-f.rcvNxt < f.window():
+		case seq.InWindow(f.rcvNxt, f.window()):
 			f.sendAck()
 		}
 		return
@@ -834,9 +832,9 @@ func (f *tcpFlow) segment(in *tcpIn) {
 	if !flags.Contains(header.TCPFlagAck) {
 		return
 	}
-	ack := h.AckNumber()
+	ack := seqnum.Value(h.AckNumber())
 	if f.state == tcpSynRcvd {
-		if ack != f.iss+1 {
+		if ack != f.iss.Add(1) {
 			return
 		}
 		f.state = tcpEstablished
@@ -846,19 +844,19 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		f.opening = false
 		f.sndUna = ack
 		f.retries, f.rto = 0, tcpRTOMin
-		f.sndWnd = uint32(h.WindowSize()) << f.sndShift
+		f.sndWnd = seqnum.Size(h.WindowSize()) << f.sndShift
 	}
 	n := in.n
 	if flags.Contains(header.TCPFlagUrg) && h.UrgentPointer() != 0 {
 		// RFC 9293 3.10.7.4: the urgent pointer only moves forward.
-		if up := seq + uint32(h.UrgentPointer()); !f.has(urgFromSandbox) || seqGT(up, f.rcvUp) {
-			if seqGT(up, f.rcvNxt) {
+		if up := seq.Add(seqnum.Size(h.UrgentPointer())); !f.has(urgFromSandbox) || f.rcvUp.LessThan(up) {
+			if f.rcvNxt.LessThan(up) {
 				f.flags |= urgFromSandbox
 				f.rcvUp = up
 			}
 		}
 	}
-	f.processAck(ack, uint32(h.WindowSize())<<f.sndShift, n == 0 && !flags.Contains(header.TCPFlagFin))
+	f.processAck(ack, seqnum.Size(h.WindowSize())<<f.sndShift, n == 0 && !flags.Contains(header.TCPFlagFin))
 	switch {
 	case f.state == tcpClosed:
 	case n > 0 || flags.Contains(header.TCPFlagFin):
@@ -878,14 +876,14 @@ func (f *tcpFlow) segment(in *tcpIn) {
 }
 
 // processAck takes the sandbox's acknowledgement and window.
-func (f *tcpFlow) processAck(ack, wnd uint32, bare bool) {
-	if seqGT(ack, f.sndNxt) {
+func (f *tcpFlow) processAck(ack seqnum.Value, wnd seqnum.Size, bare bool) {
+	if f.sndNxt.LessThan(ack) {
 		f.sendAck() // acknowledges what was never sent
 		return
 	}
 	switch {
-	case seqGT(ack, f.sndUna):
-		f.dropAcked(ack - f.sndUna)
+	case f.sndUna.LessThan(ack):
+		f.dropAcked(f.sndUna.Size(ack))
 		f.sndUna = ack
 		f.dupAcks, f.retries, f.rto = 0, 0, tcpRTOMin
 		if f.sndUna != f.sndNxt {
@@ -911,15 +909,15 @@ func (f *tcpFlow) processAck(ack, wnd uint32, bare bool) {
 
 // dropAcked releases n acknowledged bytes (the FIN's sequence number
 // included, when it is acknowledged) from the front of sent.
-func (f *tcpFlow) dropAcked(n uint32) {
+func (f *tcpFlow) dropAcked(n seqnum.Size) {
 	i := 0
 	for ; i < len(f.sent) && n > 0; i++ {
 		c := &f.sent[i]
-		if uint32(len(c.data)) > n {
+		if seqnum.Size(len(c.data)) > n {
 			c.data = c.data[n:]
 			break
 		}
-		n -= uint32(len(c.data))
+		n -= seqnum.Size(len(c.data))
 		f.st.memGive(c.cost)
 		c.release()
 	}
@@ -941,10 +939,10 @@ func (c *tcpChunk) release() {
 // order, it goes to the host; a gap or a duplicate is answered with an
 // immediate ACK (the sandbox's fast retransmit fills gaps; nothing out of
 // order is kept).
-func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
+func (f *tcpFlow) processData(seq seqnum.Value, data [][]byte, n int, fin bool) {
 	skip := 0
-	if seqLT(seq, f.rcvNxt) {
-		old := int(f.rcvNxt - seq)
+	if seq.LessThan(f.rcvNxt) {
+		old := int(seq.Size(f.rcvNxt))
 		if old > n || (old == n && !fin) {
 			f.sendAck() // entirely old: a retransmission we already have
 			return
@@ -965,7 +963,7 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 	if take > 0 {
 		var took int
 		var ok bool
-		if f.has(urgFromSandbox) && f.rcvUp-1-f.rcvNxt < uint32(take) {
+		if f.has(urgFromSandbox) && f.rcvNxt.Size(f.rcvUp-1) < seqnum.Size(take) {
 			took, ok = f.toHostUrgent(data, skip, take)
 		} else {
 			took, ok = f.toHost(data, skip, take)
@@ -973,7 +971,7 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 		if !ok {
 			return
 		}
-		f.rcvNxt += uint32(took)
+		f.rcvNxt.UpdateForward(seqnum.Size(took))
 		if took < take {
 			// The relay's memory budget is spent: the rest is not
 			// acknowledged (the sandbox sends it again), and the window
@@ -993,7 +991,7 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 		}
 		return
 	}
-	if f.rcvNxt-f.rcvAcked >= tcpAckEvery {
+	if f.rcvAcked.Size(f.rcvNxt) >= tcpAckEvery {
 		f.sendAck()
 		return
 	}
@@ -1052,7 +1050,7 @@ func (f *tcpFlow) toHost(data [][]byte, skip, take int) (int, bool) {
 // the byte goes in line, in its place: urgent data may not overtake the
 // data before it.
 func (f *tcpFlow) toHostUrgent(data [][]byte, skip, take int) (int, bool) {
-	at := int(f.rcvUp - 1 - f.rcvNxt)
+	at := int(f.rcvNxt.Size(f.rcvUp - 1))
 	f.flags &^= urgFromSandbox
 	took, ok := f.toHost(data, skip, at)
 	if !ok || took < at || f.has(pendWaiting) {
@@ -1211,7 +1209,7 @@ func (f *tcpFlow) readSome() {
 		n, err := rawRead(f.fd, (*buf)[:room])
 		if urgent && err == nil && n > 0 {
 			f.flags |= urgToSandbox
-			f.sndUp = f.sndNxt + 1
+			f.sndUp = f.sndNxt.Add(1)
 		}
 		switch {
 		case err == unix.EAGAIN || err == unix.EINTR:
@@ -1246,7 +1244,7 @@ func (f *tcpFlow) readSome() {
 
 // space is how much more the sandbox's window and the send buffer take.
 func (f *tcpFlow) space() int {
-	inflight := f.sndNxt - f.sndUna
+	inflight := f.sndUna.Size(f.sndNxt)
 	lim := min(f.sndWnd, tcpSndBuf)
 	if inflight >= lim {
 		return 0
@@ -1262,7 +1260,7 @@ func (f *tcpFlow) sendData(c tcpChunk) {
 		f.startRTO()
 	}
 	f.sent = append(f.sent, c)
-	f.sndNxt += uint32(len(c.data))
+	f.sndNxt.UpdateForward(seqnum.Size(len(c.data)))
 	f.write(&seg, c.data)
 }
 
@@ -1291,7 +1289,7 @@ func (f *tcpFlow) retransmit(one bool) {
 	for _, c := range f.sent {
 		seg := f.seg(header.TCPFlagAck|header.TCPFlagPsh, seq)
 		f.write(&seg, c.data)
-		seq += uint32(len(c.data))
+		seq.UpdateForward(seqnum.Size(len(c.data)))
 		if one {
 			return
 		}
@@ -1303,7 +1301,7 @@ func (f *tcpFlow) retransmit(one bool) {
 }
 
 // window is the receive window to advertise, in bytes.
-func (f *tcpFlow) window() uint32 {
+func (f *tcpFlow) window() seqnum.Size {
 	w, _, _ := f.windowLimit()
 	return w
 }
@@ -1317,19 +1315,19 @@ func (f *tcpFlow) window() uint32 {
 // after its retransmission timeout.
 //
 // free is what it saw free of the budget (for waitMem).
-func (f *tcpFlow) windowLimit() (w uint32, short bool, free int) {
-	w = min(uint32(tcpRcvBuf-f.pendLen), 0xffff<<f.rcvShift)
+func (f *tcpFlow) windowLimit() (w seqnum.Size, short bool, free int) {
+	w = min(seqnum.Size(tcpRcvBuf-f.pendLen), 0xffff<<f.rcvShift)
 	free = f.st.memFree()
 	share := free / max(1, int(f.st.tcpLive.Load()))
 	if share < int(w) { // in int: a budget past 4 GiB does not fit a uint32
-		return uint32(max(share, 0)), share < tcpWndShort, free
+		return seqnum.Size(max(share, 0)), share < tcpWndShort, free
 	}
 	return w, false, free
 }
 
 // seg starts a segment from the flow's destination to the sandbox,
 // acknowledging everything received so far.
-func (f *tcpFlow) seg(flags header.TCPFlags, seq uint32) tcpSegment {
+func (f *tcpFlow) seg(flags header.TCPFlags, seq seqnum.Value) tcpSegment {
 	w, short, free := f.windowLimit()
 	if short {
 		f.waitMem(free) // a window update once memory is given back
@@ -1343,11 +1341,11 @@ func (f *tcpFlow) seg(flags header.TCPFlags, seq uint32) tcpSegment {
 		// Every segment before the urgent pointer carries it (RFC 9293
 		// 3.8.5), retransmissions included, until it is acknowledged.
 		switch {
-		case !seqLT(f.sndUna, f.sndUp):
+		case !f.sndUna.LessThan(f.sndUp):
 			f.flags &^= urgToSandbox
-		case seqLT(seq, f.sndUp) && f.sndUp-seq <= 0xffff:
+		case seq.LessThan(f.sndUp) && seq.Size(f.sndUp) <= 0xffff:
 			s.flags |= header.TCPFlagUrg
-			s.urg = uint16(f.sndUp - seq)
+			s.urg = uint16(seq.Size(f.sndUp))
 		}
 	}
 	return s

@@ -417,7 +417,7 @@ func TestTCPRelayCapsOpeningConnections(t *testing.T) {
 	// One handshake completes: room for one more.
 	f := (&conn{h: h, src: netip.AddrPortFrom(jail4, 44100), dst: dst}).flow(t)
 	f.mu.Lock()
-	iss := f.iss
+	iss := uint32(f.iss)
 	f.mu.Unlock()
 	h.send(tcpSeg{src: netip.AddrPortFrom(jail4, 44100), dst: dst, flags: header.TCPFlagAck, seq: 1001, ack: iss + 1}.bytes())
 	syn(44102)
