@@ -140,10 +140,13 @@ import (
 //     tcpEstablished exactly the bytes of sent, plus one for the FIN once
 //     finToSandbox until it is acknowledged. sent holds one chunk per segment
 //     sent, front-trimmed by partial ACKs.
-//   - The send window: sndWnd (bytes, already scaled) is the window of
-//     the last acceptable ACK. New data is sent only while sndNxt - sndUna
-//     is below min(sndWnd, tcpSndBuf) (space); a window the sandbox shrinks
-//     stops new data, and what is in flight stays there.
+//   - The send window: sndWnd (bytes, already scaled) is taken only from
+//     the newest segment (RFC 9293 3.10.7.4: sndWL1 and sndWL2 are the
+//     sequence and ACK numbers of the segment it came from; an older one,
+//     reordered, leaves it alone), and never from an ACK below sndUna.
+//     New data is sent only while sndNxt - sndUna is below
+//     min(sndWnd, tcpSndBuf) (space); a window the sandbox shrinks stops
+//     new data, and what is in flight stays there.
 //
 // Buffering, and what bounds it:
 //
@@ -296,7 +299,9 @@ type tcpFlow struct {
 	iss      seqnum.Value
 	sndUna   seqnum.Value
 	sndNxt   seqnum.Value
-	sndWnd   seqnum.Size // the sandbox's window, in bytes
+	sndWnd   seqnum.Size  // the sandbox's window, in bytes
+	sndWL1   seqnum.Value // the sequence number of the segment sndWnd came from (SND.WL1)
+	sndWL2   seqnum.Value // and its ACK number (SND.WL2)
 	sndShift uint8
 	mss      int
 	sent     []tcpChunk   // from sndUna on
@@ -845,6 +850,7 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		f.sndUna = ack
 		f.retries, f.rto = 0, tcpRTOMin
 		f.sndWnd = seqnum.Size(h.WindowSize()) << f.sndShift
+		f.sndWL1, f.sndWL2 = seq, ack
 	}
 	n := in.n
 	if flags.Contains(header.TCPFlagUrg) && h.UrgentPointer() != 0 {
@@ -856,7 +862,7 @@ func (f *tcpFlow) segment(in *tcpIn) {
 			}
 		}
 	}
-	f.processAck(ack, seqnum.Size(h.WindowSize())<<f.sndShift, n == 0 && !flags.Contains(header.TCPFlagFin))
+	f.processAck(seq, ack, seqnum.Size(h.WindowSize())<<f.sndShift, n == 0 && !flags.Contains(header.TCPFlagFin))
 	switch {
 	case f.state == tcpClosed:
 	case n > 0 || flags.Contains(header.TCPFlagFin):
@@ -876,7 +882,7 @@ func (f *tcpFlow) segment(in *tcpIn) {
 }
 
 // processAck takes the sandbox's acknowledgement and window.
-func (f *tcpFlow) processAck(ack seqnum.Value, wnd seqnum.Size, bare bool) {
+func (f *tcpFlow) processAck(seq, ack seqnum.Value, wnd seqnum.Size, bare bool) {
 	if f.sndNxt.LessThan(ack) {
 		f.sendAck() // acknowledges what was never sent
 		return
@@ -901,7 +907,15 @@ func (f *tcpFlow) processAck(ack seqnum.Value, wnd seqnum.Size, bare bool) {
 		// answers, as Linux's does.
 		f.retries = 0
 	}
-	f.sndWnd = wnd // a wider window: unlock reads the host again
+	// RFC 9293 3.10.7.4: the window is taken from an ACK of sndUna or
+	// later, and only from a segment no older than the one it was last
+	// taken from (SND.WL1, SND.WL2): an old segment the sandbox's
+	// network reordered carries an old window, and must not shrink (or
+	// widen) the current one.
+	if ack.LessThan(f.sndUna) || seq.LessThan(f.sndWL1) || (seq == f.sndWL1 && ack.LessThan(f.sndWL2)) {
+		return
+	}
+	f.sndWnd, f.sndWL1, f.sndWL2 = wnd, seq, ack // a wider window: unlock reads the host again
 	if wnd == 0 && f.sndUna == f.sndNxt && f.hostOpen() && !f.has(rtoTimerArmed) {
 		f.startRTO() // a window probe, if the sandbox's update is lost
 	}
