@@ -171,7 +171,11 @@ import (
 // a flow's mu, then the stack's mu, never the other way. The host
 // socket is read and written only under mu and only while the flow is
 // not closed; unlock closes it under mu, so no I/O reaches a reused
-// descriptor.
+// descriptor. Why a lock and not confinement to the loop: a Dialer's dial
+// ends on a worker, gVisor's channel endpoint delivers on its caller's
+// goroutine, and Close runs on its caller's; in production (the TUN, the
+// stack's own sockets) everything but Close runs on the loop, and mu is
+// never contended.
 //
 // # Deliberately absent
 //
@@ -258,15 +262,26 @@ type tcpChunk struct {
 	cost   int     // what it holds of the relay's memory budget
 }
 
-// tcpFlow is one relayed connection. Everything but key and addresses is
-// guarded by mu. The host socket is written and read with plain system
-// calls on its descriptor under mu, only while the flow is not closed, and
-// closed under mu when it closes: no I/O reaches a reused descriptor.
+// tcpFlow is one relayed connection.
 //
-// The host side is read and written on the stack's event loop (pollReady):
-// it reads while the sandbox's window has room, and writes what the
-// sandbox sent that the socket did not take at once.
+// Locking. The fields above mu are fixed before the flow is filed in the
+// stack's table (under the stack's mu, which publishes them) and read
+// without a lock. Every field below mu is guarded by mu, with two
+// exceptions, each marked: opening (also under the stack's mu) and the
+// loop timers' own bookkeeping (the poller's). Whoever acts on a flow
+// takes mu and leaves through unlock: the event loop (the TUN's input,
+// host socket readiness, timers, the memory wake-up), a worker ending a
+// Dialer's dial, a goroutine injecting packets on another link (tests),
+// and Stack.Close. The stack's mu may be taken under a flow's mu, never
+// the other way round.
+//
+// The host socket is read and written with plain system calls on its
+// descriptor, under mu, only while the flow is not closed, and closed
+// under mu when the flow closes: no I/O reaches a reused descriptor. The
+// event loop reads it while the sandbox's window has room, and writes
+// what the sandbox sent that the socket did not take at once (pend).
 type tcpFlow struct {
+	// Fixed when the flow is made: no lock.
 	st  *Stack
 	key flowKey // src: the sandbox's end; dst: the destination it dialed
 	v6  bool
@@ -274,15 +289,16 @@ type tcpFlow struct {
 	// from remoteAddr (key.dst's address) to sandboxAddr (key.src's).
 	remoteAddr, sandboxAddr tcpip.Address
 
+	// Guarded by mu: everything from here on.
 	mu    sync.Mutex
 	state tcpState
 	// pollFD: the host socket (fd, -1 before the dial) and its
 	// registration on the event loop.
 	pollFD
 	flags flowFlags // what has happened to the flow (see flowFlags)
-	// opening: counted in st.opening (dialing or SYN-RCVD). Set and
-	// cleared under both mu and st.mu; read under either. Not a bit of
-	// flags: those change under mu alone.
+	// opening: counted in st.opening (dialing or SYN-RCVD). Guarded by
+	// both mu and the stack's mu: set and cleared under both, read under
+	// either. Not a bit of flags: those change under mu alone.
 	opening bool
 
 	// The sandbox's data, toward the host.
@@ -310,6 +326,9 @@ type tcpFlow struct {
 	retries  int
 	rto      time.Duration
 
+	// The timers: armed and stopped under mu (ackTimerArmed and
+	// rtoTimerArmed say which run); their heap position and deadline are
+	// the poller's, under its own lock.
 	ackTimer loopTimer
 	rtoTimer loopTimer // the dial's timeout while dialing
 	rtoFrom  time.Time // since when the oldest outstanding segment waits
