@@ -126,6 +126,14 @@ type Config struct {
 	// Pinger proxies ICMP echo to allowed destinations; nil leaves them
 	// unanswered (ping shows loss while TCP and UDP work).
 	Pinger Pinger
+
+	// Test seams of the TCP relay (tcptest_test.go): the initial sequence
+	// number of each flow (default: random), and the clock its
+	// retransmission timer measures time by (default: time.Now; the
+	// timer itself still runs on the event loop, and with a clock that
+	// does not move, runs out without effect).
+	tcpISS   func() uint32
+	tcpClock func() time.Time
 }
 
 // Stack is a running userspace egress proxy.
@@ -191,6 +199,12 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.tcpISS == nil {
+		cfg.tcpISS = func() uint32 { return tcpISS() }
+	}
+	if cfg.tcpClock == nil {
+		cfg.tcpClock = time.Now
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}

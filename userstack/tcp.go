@@ -708,15 +708,15 @@ func (f *tcpFlow) hostUp() {
 	// Urgent data stays in the stream, in its place (reads stop at its
 	// mark, which SIOCATMARK tells): readSome marks it for the sandbox.
 	_ = unix.SetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_OOBINLINE, 1)
-	f.iss = seqnum.Value(tcpISS())
+	f.iss = seqnum.Value(f.st.cfg.tcpISS())
 	f.sndUna, f.sndNxt = f.iss, f.iss.Add(1)
 	f.state = tcpSynRcvd
 	f.sendSynAck()
 	f.startRTO()
 }
 
-// tcpISS picks an initial sequence number (the fuzz target fixes it, to
-// script whole handshakes).
+// tcpISS picks an initial sequence number: Config's default (the fuzz
+// target fixes it, to script whole handshakes).
 var tcpISS = rand.Uint32
 
 // errDialTimeout: the stack's own connect took longer than DialTimeout.
@@ -1481,7 +1481,7 @@ func (f *tcpFlow) onAckTimer() {
 
 // startRTO starts the wait of what is outstanding now.
 func (f *tcpFlow) startRTO() {
-	f.rtoFrom = time.Now()
+	f.rtoFrom = f.st.cfg.tcpClock()
 	if !f.has(rtoTimerArmed) {
 		f.armRTO(f.rto)
 	}
@@ -1519,7 +1519,7 @@ func (f *tcpFlow) onRTO() {
 	if probe && (f.space() > 0 || !f.hostOpen()) {
 		return // nothing outstanding, no window to probe
 	}
-	if left := f.rto - time.Since(f.rtoFrom); left > 0 {
+	if left := f.rto - f.st.cfg.tcpClock().Sub(f.rtoFrom); left > 0 {
 		f.armRTO(left) // progress since the timer was armed
 		return
 	}
@@ -1540,7 +1540,7 @@ func (f *tcpFlow) onRTO() {
 	} else {
 		f.retransmit(false)
 	}
-	f.rtoFrom = time.Now()
+	f.rtoFrom = f.st.cfg.tcpClock()
 	f.armRTO(f.rto)
 }
 
