@@ -871,6 +871,9 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		f.sndWnd = seqnum.Size(h.WindowSize()) << f.sndShift
 		f.sndWL1, f.sndWL2 = seq, ack
 	}
+	if !f.processAck(seq, ack, seqnum.Size(h.WindowSize())<<f.sndShift, in.n == 0 && !flags.Contains(header.TCPFlagFin)) {
+		return
+	}
 	n := in.n
 	if flags.Contains(header.TCPFlagUrg) && h.UrgentPointer() != 0 {
 		// RFC 9293 3.10.7.4: the urgent pointer only moves forward.
@@ -881,7 +884,6 @@ func (f *tcpFlow) segment(in *tcpIn) {
 			}
 		}
 	}
-	f.processAck(seq, ack, seqnum.Size(h.WindowSize())<<f.sndShift, n == 0 && !flags.Contains(header.TCPFlagFin))
 	switch {
 	case f.state == tcpClosed:
 	case n > 0 || flags.Contains(header.TCPFlagFin):
@@ -900,11 +902,13 @@ func (f *tcpFlow) segment(in *tcpIn) {
 	f.maybeDone()
 }
 
-// processAck takes the sandbox's acknowledgement and window.
-func (f *tcpFlow) processAck(seq, ack seqnum.Value, wnd seqnum.Size, bare bool) {
+// processAck takes the sandbox's acknowledgement and window. It reports
+// false for a segment that acknowledges what was never sent, which is
+// answered with an ACK and dropped, data and all (RFC 9293 3.10.7.4).
+func (f *tcpFlow) processAck(seq, ack seqnum.Value, wnd seqnum.Size, bare bool) bool {
 	if f.sndNxt.LessThan(ack) {
 		f.sendAck() // acknowledges what was never sent
-		return
+		return false
 	}
 	switch {
 	case f.sndUna.LessThan(ack):
@@ -932,12 +936,13 @@ func (f *tcpFlow) processAck(seq, ack seqnum.Value, wnd seqnum.Size, bare bool) 
 	// network reordered carries an old window, and must not shrink (or
 	// widen) the current one.
 	if ack.LessThan(f.sndUna) || seq.LessThan(f.sndWL1) || (seq == f.sndWL1 && ack.LessThan(f.sndWL2)) {
-		return
+		return true
 	}
 	f.sndWnd, f.sndWL1, f.sndWL2 = wnd, seq, ack // a wider window: unlock reads the host again
 	if wnd == 0 && f.sndUna == f.sndNxt && f.hostOpen() && !f.has(rtoTimerArmed) {
 		f.startRTO() // a window probe, if the sandbox's update is lost
 	}
+	return true
 }
 
 // dropAcked releases n acknowledged bytes (the FIN's sequence number

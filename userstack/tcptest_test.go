@@ -575,6 +575,17 @@ func TestTCPOutOfWindowSegments(t *testing.T) {
 	c.hostGets([]byte("next")) // "now" was not written twice
 }
 
+// RFC 9293 3.10.7.4: a segment acknowledging what the relay never sent
+// gets an ACK and is dropped: its data does not reach the host.
+func TestTCPAckOfUnsentDataDropsSegment(t *testing.T) {
+	c := newTCPTest(t, nil)
+	c.connect(noSynOpts, 0xffff)
+	c.send(sbSeg{flags: header.TCPFlagAck | header.TCPFlagPsh, seq: c.nxt, ack: c.rcvd.Add(1000), wnd: c.wnd, data: []byte("bogus")})
+	c.expect(flagsAre(header.TCPFlagAck), seqIs(c.rcvd), ackIs(c.nxt))
+	c.data([]byte("real"), header.TCPFlagPsh)
+	c.hostGets([]byte("real"))
+}
+
 // Data after the sandbox's FIN is not taken: the FIN ended the sandbox's
 // stream (RFC 9293 3.10.7.4, eighth), so it gets an ACK of the FIN and
 // nothing reaches the host after its end. A retransmitted FIN gets the
