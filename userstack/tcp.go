@@ -871,6 +871,14 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		f.sndWnd = seqnum.Size(h.WindowSize()) << f.sndShift
 		f.sndWL1, f.sndWL2 = seq, ack
 	}
+	if in.n == 0 && !flags.Contains(header.TCPFlagFin) && seq != f.rcvNxt && !seq.InWindow(f.rcvNxt, f.rcvWnd) {
+		// Not acceptable (RFC 9293 3.10.7.4): a keepalive or a zero
+		// window probe, answered with the current ACK and window and
+		// dropped before its ACK is looked at (a keepalive is no
+		// duplicate ACK, its window no news).
+		f.sendAck()
+		return
+	}
 	if !f.processAck(seq, ack, seqnum.Size(h.WindowSize())<<f.sndShift, in.n == 0 && !flags.Contains(header.TCPFlagFin)) {
 		return
 	}
@@ -889,8 +897,8 @@ func (f *tcpFlow) segment(in *tcpIn) {
 	case n > 0 || flags.Contains(header.TCPFlagFin):
 		f.processData(seq, in.data, n, flags.Contains(header.TCPFlagFin))
 	case seq != f.rcvNxt:
-		// Not acceptable (RFC 9293 3.10.7.4): a keepalive or a zero
-		// window probe, answered with the current ACK and window.
+		// In the window past a gap: a duplicate ACK (nothing past the
+		// gap is kept).
 		f.sendAck()
 	}
 	if f.has(hostSpokeFirst) && f.hostOpen() {

@@ -586,6 +586,27 @@ func TestTCPAckOfUnsentDataDropsSegment(t *testing.T) {
 	c.hostGets([]byte("real"))
 }
 
+// A keepalive (one below the next sequence number) is not a duplicate
+// ACK: three of them while data is outstanding get three ACKs and no
+// fast retransmit (an unacceptable segment is answered and dropped,
+// RFC 9293 3.10.7.4, before its ACK is looked at).
+func TestTCPKeepalivesAreNotDuplicateAcks(t *testing.T) {
+	c := newTCPTest(t, nil)
+	c.connect(noSynOpts, 0xffff)
+	c.hostWrite([]byte("abc"))
+	c.expect(flagsAre(header.TCPFlagAck|header.TCPFlagPsh), payloadIs([]byte("abc")))
+	for range 3 {
+		c.send(sbSeg{flags: header.TCPFlagAck, seq: c.nxt.Add(^seqnum.Size(0)), ack: c.rcvd, wnd: c.wnd})
+		c.expect(flagsAre(header.TCPFlagAck), seqIs(c.rcvd.Add(3)), ackIs(c.nxt), payloadIs(nil))
+	}
+	c.barrier("after three keepalives")
+	// Three real duplicate ACKs do retransmit.
+	for range 3 {
+		c.ack()
+	}
+	c.expect(flagsAre(header.TCPFlagAck|header.TCPFlagPsh), seqIs(c.rcvd), payloadIs([]byte("abc")))
+}
+
 // Data after the sandbox's FIN is not taken: the FIN ended the sandbox's
 // stream (RFC 9293 3.10.7.4, eighth), so it gets an ACK of the FIN and
 // nothing reaches the host after its end. A retransmitted FIN gets the
