@@ -29,9 +29,9 @@ import (
 // What the relay sends in answer to a segment it sends before the call
 // that injected the segment returns (the channel endpoint delivers on the
 // caller's goroutine); what it sends for the host socket or a timer comes
-// from the event loop. barrier uses the first: a SYN on a live flow is
-// answered at once with a challenge ACK and changes nothing, so "the next
-// packet is that ACK" proves nothing else was sent before it.
+// from the event loop. barrier uses the first: an ACK for no connection is
+// answered at once with a RST that carries a marker, so "the next packet
+// is that RST" proves nothing else was sent before it.
 
 const (
 	ttRelayISS   = seqnum.Value(0xffff_fff0) // the relay's ISS
@@ -51,6 +51,8 @@ type tcpTest struct {
 	nxt  seqnum.Value // the sandbox's next sequence number
 	rcvd seqnum.Value // what the sandbox acknowledges of the relay's
 	wnd  uint16       // the window field the sandbox sends
+
+	barriers uint32
 }
 
 // newTCPTest starts a stack with the seams set, no flow yet.
@@ -297,17 +299,22 @@ func (c *tcpTest) checkNoPacket(d time.Duration, why string) {
 }
 
 // barrier checks that the relay sent nothing before now (beyond what
-// its timers and event loop have yet to send): it sends a SYN on the live
-// flow, which gets a challenge ACK at once (RFC 5961 4.2) and changes
-// nothing, and fails unless the next packet is that ACK.
+// its timers and event loop have yet to send): it sends an ACK for a
+// connection that does not exist (from the next port), which the relay
+// resets at once with the ACK's number as the RST's sequence number, a
+// marker nothing else carries; it fails unless the next packet is that
+// RST.
 func (c *tcpTest) barrier(why string) {
 	c.t.Helper()
-	c.send(sbSeg{flags: header.TCPFlagSyn, seq: c.nxt.Add(1 << 20), wnd: c.wnd})
+	c.barriers++
+	marker := seqnum.Value(0xba55_0000 + c.barriers)
+	other := netip.AddrPortFrom(c.src.Addr(), c.src.Port()+1)
+	c.h.send(tcpSeg{src: other, dst: ttDst, flags: header.TCPFlagAck, seq: 1, ack: uint32(marker)}.bytes())
 	o := readOut(c.t, c.h.ep)
-	if o.proto != header.TCPProtocolNumber || o.tcp().Flags() != header.TCPFlagAck || len(o.tcpPayload()) != 0 ||
-		seqnum.Value(o.tcp().AckNumber()) != c.nxt {
-		c.t.Fatalf("%s: the relay sent %v seq %#x ack %#x (%d bytes) before the barrier's challenge ACK (flow %s)",
-			why, o.tcp().Flags(), o.tcp().SequenceNumber(), o.tcp().AckNumber(), len(o.tcpPayload()), c.describe())
+	if o.proto != header.TCPProtocolNumber || o.tcp().DestinationPort() != other.Port() ||
+		o.tcp().Flags() != header.TCPFlagRst || seqnum.Value(o.tcp().SequenceNumber()) != marker {
+		c.t.Fatalf("%s: the relay sent %v to port %d seq %#x ack %#x (%d bytes) before the barrier's RST (flow %s)",
+			why, o.tcp().Flags(), o.tcp().DestinationPort(), o.tcp().SequenceNumber(), o.tcp().AckNumber(), len(o.tcpPayload()), c.describe())
 	}
 }
 
@@ -538,8 +545,13 @@ func TestTCPZeroWindowProbing(t *testing.T) {
 	c.connect(noSynOpts, 0)
 	c.hostWrite([]byte("abc"))
 	probe := []segCheck{flagsAre(header.TCPFlagAck), seqIs(ttRelayISS), ackIs(c.nxt), payloadIs(nil)}
+	want := tcpRTOMin
 	for i := 0; i < tcpMaxRetries+2; i++ {
 		rto := c.rto()
+		if rto != want {
+			t.Fatalf("probe %d after %v, want %v", i, rto, want)
+		}
+		want = min(2*want, tcpRTOMax)
 		c.advance(rto - time.Millisecond)
 		c.barrier("before the probe is due")
 		c.advance(time.Millisecond)
@@ -792,4 +804,47 @@ func (c *tcpTest) checkStateOK() {
 	if err != "" {
 		c.t.Fatalf("flow %s: %s", desc, err)
 	}
+}
+
+// SYN-RCVD (gVisor's TestSYNRetransmit, TestSynRcvdBadSeqNumber): the
+// sandbox's SYN sent again gets the SYN-ACK again; a SYN with another
+// sequence number gets a challenge ACK; an ACK of anything but the
+// SYN-ACK is dropped without an answer (RFC 9293 would answer it with a
+// RST: the relay leaves the handshake to its SYN-ACK's retransmission,
+// the sandbox being the only sender on the link); the right ACK then
+// completes the handshake.
+func TestTCPSynRcvd(t *testing.T) {
+	c := newTCPTest(t, nil)
+	c.syn(noSynOpts)
+	c.peer = c.h.dialer.next(t).peer
+	synack := []segCheck{flagsAre(header.TCPFlagSyn | header.TCPFlagAck), seqIs(ttRelayISS), ackIs(c.nxt)}
+	c.expect(synack...)
+	c.syn(noSynOpts)
+	c.expect(synack...)
+	c.send(sbSeg{flags: header.TCPFlagSyn, seq: ttSandboxISS.Add(500), wnd: c.wnd})
+	c.expect(flagsAre(header.TCPFlagAck), seqIs(ttRelayISS.Add(1)), ackIs(c.nxt))
+	c.send(sbSeg{flags: header.TCPFlagAck, seq: c.nxt, ack: ttRelayISS.Add(7), wnd: c.wnd})
+	c.checkNoPacket(50*time.Millisecond, "after a wrong ACK in SYN-RCVD")
+	c.rcvd = ttRelayISS.Add(1)
+	c.ack()
+	c.hostWrite([]byte("up"))
+	c.expectData([]byte("up"), 536)
+}
+
+// The SYN-ACK is sent again when the timer runs out, tcpSynRetries
+// times; then the flow is reset and its host socket closed.
+func TestTCPSynAckRetransmit(t *testing.T) {
+	c := newTCPTest(t, nil)
+	c.syn(noSynOpts)
+	c.peer = c.h.dialer.next(t).peer
+	synack := []segCheck{flagsAre(header.TCPFlagSyn | header.TCPFlagAck), seqIs(ttRelayISS), ackIs(c.nxt)}
+	c.expect(synack...)
+	for range tcpSynRetries {
+		c.advance(c.rto())
+		c.expect(synack...)
+	}
+	c.advance(c.rto())
+	c.expect(flagsAre(header.TCPFlagRst|header.TCPFlagAck), seqIs(ttRelayISS.Add(1)))
+	c.hostEnd()
+	c.gone("after giving up on the handshake")
 }
