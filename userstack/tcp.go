@@ -85,12 +85,16 @@ import (
 // the sandbox's window has room and the memory budget allows; write while
 // pend waits) and tears down a flow that closed.
 //
-//   - A segment from the sandbox (segment): RST and SYN checks (RFC 5961),
-//     the handshake's ACK, the ACK and window (processAck), then the data
-//     and FIN (processData): data in order is written to the host socket
-//     at once, without waiting (toHost); what the socket does not take is
-//     queued in pend. Anything out of order is dropped with a duplicate
-//     ACK: nothing is reassembled.
+//   - A segment from the sandbox (segment): RST and SYN checks (RFC 5961:
+//     a RST ends the flow only at exactly rcvNxt, one elsewhere in the
+//     window and any SYN get a challenge ACK), the handshake's ACK, the
+//     acceptability of a bare segment (a keepalive or probe is answered
+//     and dropped), the ACK and window (processAck; an ACK of what was
+//     never sent drops the segment), then the data and FIN (processData):
+//     data in order is written to the host socket at once, without
+//     waiting (toHost); what the socket does not take is queued in pend.
+//     Anything out of order is dropped with a duplicate ACK: nothing is
+//     reassembled.
 //   - The host socket readable (pollReady, readSome): read no more than
 //     the sandbox's window and the memory budget allow, one segment per
 //     read (at most the MSS), sent at once; EOF sends the FIN.
@@ -189,6 +193,16 @@ import (
 //   - TIME-WAIT, and an idle timeout (see above).
 //   - Simultaneous open and connections from the host to the sandbox: the
 //     sandbox only connects out.
+//   - A RST for a wrong ACK in SYN-RCVD (RFC 9293 answers one): it is
+//     dropped, and the SYN-ACK's retransmission resynchronises.
+//   - RFC 5961's ACK range check (section 5) and challenge ACK rate limit
+//     (section 7): the only sender on the link is the sandbox, which can
+//     reset or flood its own connections anyway.
+//
+// tcptest_test.go is the relay's harness in the manner of gVisor's TCP
+// tests (fixed ISS, a fake retransmission clock, SYN options, a barrier);
+// where the relay differs from a full TCP its tests say what it does and
+// why. conformance_test.go scripts whole exchanges.
 //
 // Window scaling is present: offered (tcpWndShift) when the sandbox's SYN
 // offers it, and the sandbox's scale (at most 14) applied to its windows.
