@@ -40,9 +40,6 @@ func FuzzTUNInput(f *testing.F) {
 	for _, seed := range fuzzSeeds() {
 		f.Add(seed)
 	}
-	old := tcpISS
-	tcpISS = func() uint32 { return fuzzISS }
-	f.Cleanup(func() { tcpISS = old })
 	f.Fuzz(func(t *testing.T, data []byte) {
 		z := newTUNFuzz(t)
 		for _, pkt := range splitPackets(data) {
@@ -167,6 +164,7 @@ func newTUNFuzz(t *testing.T) *tunFuzz {
 		// grants, flows held back and woken).
 		MaxRelayMemory: 8 << 10,
 		MaxUDPFlows:    4,
+		tcpISS:         func() uint32 { return fuzzISS },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -201,7 +201,7 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.tcpISS == nil {
-		cfg.tcpISS = func() uint32 { return tcpISS() }
+		cfg.tcpISS = tcpISS
 	}
 	if cfg.tcpClock == nil {
 		cfg.tcpClock = time.Now

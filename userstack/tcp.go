@@ -729,9 +729,9 @@ func (f *tcpFlow) hostUp() {
 	f.startRTO()
 }
 
-// tcpISS picks an initial sequence number: Config's default (the fuzz
-// target fixes it, to script whole handshakes).
-var tcpISS = rand.Uint32
+// tcpISS picks an initial sequence number: Config's default (tests fix
+// theirs through Config.tcpISS).
+func tcpISS() uint32 { return rand.Uint32() }
 
 // errDialTimeout: the stack's own connect took longer than DialTimeout.
 var errDialTimeout = errors.New("timed out")
