@@ -885,11 +885,14 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		f.sndWnd = seqnum.Size(h.WindowSize()) << f.sndShift
 		f.sndWL1, f.sndWL2 = seq, ack
 	}
-	if in.n == 0 && !flags.Contains(header.TCPFlagFin) && seq != f.rcvNxt && !seq.InWindow(f.rcvNxt, f.rcvWnd) {
+	if in.n == 0 && !flags.Contains(header.TCPFlagFin) && seq.LessThan(f.rcvNxt) {
 		// Not acceptable (RFC 9293 3.10.7.4): a keepalive or a zero
 		// window probe, answered with the current ACK and window and
 		// dropped before its ACK is looked at (a keepalive is no
-		// duplicate ACK, its window no news).
+		// duplicate ACK, its window no news). A bare segment past the
+		// window is still taken for its ACK: the relay's window can
+		// shrink under memory pressure (mem.go), and a sender's ACKs
+		// from beyond the new edge must not be lost.
 		f.sendAck()
 		return
 	}

@@ -619,6 +619,21 @@ func TestTCPKeepalivesAreNotDuplicateAcks(t *testing.T) {
 	c.expect(flagsAre(header.TCPFlagAck|header.TCPFlagPsh), seqIs(c.rcvd), payloadIs([]byte("abc")))
 }
 
+// A bare segment past the relay's window still counts for its ACK (the
+// relay's window can shrink under memory pressure, and a sender's ACKs
+// from beyond the new edge must not be lost; RFC 9293 would drop it): it
+// gets a duplicate ACK, and the data it acknowledges is not sent again.
+func TestTCPAckBeyondWindowCounts(t *testing.T) {
+	c := newTCPTest(t, nil)
+	c.connect(noSynOpts, 0xffff)
+	c.hostWrite([]byte("abc"))
+	c.expect(flagsAre(header.TCPFlagAck|header.TCPFlagPsh), payloadIs([]byte("abc")))
+	c.send(sbSeg{flags: header.TCPFlagAck, seq: c.nxt.Add(tcpRcvBuf + 1000), ack: c.rcvd.Add(3), wnd: c.wnd})
+	c.expect(flagsAre(header.TCPFlagAck), seqIs(c.rcvd.Add(3)), ackIs(c.nxt))
+	c.advance(tcpRTOMax)
+	c.barrier("after the timeout: nothing was outstanding")
+}
+
 // Data after the sandbox's FIN is not taken: the FIN ended the sandbox's
 // stream (RFC 9293 3.10.7.4, eighth), so it gets an ACK of the FIN and
 // nothing reaches the host after its end. A retransmitted FIN gets the
