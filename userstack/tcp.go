@@ -147,7 +147,8 @@ import (
 //   - The send window: sndWnd (bytes, already scaled) is taken only from
 //     the newest segment (RFC 9293 3.10.7.4: sndWL1 and sndWL2 are the
 //     sequence and ACK numbers of the segment it came from; an older one,
-//     reordered, leaves it alone), and never from an ACK below sndUna.
+//     reordered, leaves it alone; an ACK of new data counts as newer, as
+//     in Linux), and never from an ACK below sndUna.
 //     New data is sent only while sndNxt - sndUna is below
 //     min(sndWnd, tcpSndBuf) (space); a window the sandbox shrinks stops
 //     new data, and what is in flight stays there.
@@ -935,6 +936,7 @@ func (f *tcpFlow) processAck(seq, ack seqnum.Value, wnd seqnum.Size, bare bool) 
 		f.sendAck() // acknowledges what was never sent
 		return false
 	}
+	old, advanced := ack.LessThan(f.sndUna), f.sndUna.LessThan(ack)
 	switch {
 	case f.sndUna.LessThan(ack):
 		f.dropAcked(f.sndUna.Size(ack))
@@ -959,8 +961,10 @@ func (f *tcpFlow) processAck(seq, ack seqnum.Value, wnd seqnum.Size, bare bool) 
 	// later, and only from a segment no older than the one it was last
 	// taken from (SND.WL1, SND.WL2): an old segment the sandbox's
 	// network reordered carries an old window, and must not shrink (or
-	// widen) the current one.
-	if ack.LessThan(f.sndUna) || seq.LessThan(f.sndWL1) || (seq == f.sndWL1 && ack.LessThan(f.sndWL2)) {
+	// widen) the current one. As in Linux, an ACK of new data counts as
+	// newer too, so that a segment from far ahead (past the window)
+	// cannot hold the window still.
+	if old || !(advanced || f.sndWL1.LessThan(seq) || (seq == f.sndWL1 && !ack.LessThan(f.sndWL2))) {
 		return true
 	}
 	f.sndWnd, f.sndWL1, f.sndWL2 = wnd, seq, ack // a wider window: unlock reads the host again

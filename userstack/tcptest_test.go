@@ -634,6 +634,23 @@ func TestTCPAckBeyondWindowCounts(t *testing.T) {
 	c.barrier("after the timeout: nothing was outstanding")
 }
 
+// The window guard (SND.WL1) cannot be held still by a segment from far
+// ahead: an ACK of new data updates the window whatever its sequence
+// number, as Linux does (RFC 9293 alone would ignore it here).
+func TestTCPWindowFollowsNewAcks(t *testing.T) {
+	c := newTCPTest(t, nil)
+	c.connect(noSynOpts, 0xffff)
+	c.hostWrite([]byte("abc"))
+	c.expect(flagsAre(header.TCPFlagAck|header.TCPFlagPsh), payloadIs([]byte("abc")))
+	c.send(sbSeg{flags: header.TCPFlagAck, seq: c.nxt.Add(1 << 30), ack: c.rcvd, wnd: 0xffff})
+	c.expect(flagsAre(header.TCPFlagAck), ackIs(c.nxt)) // a gap: duplicate ACK
+	c.rcvd, c.wnd = c.rcvd.Add(3), 3
+	c.ack()
+	c.hostWrite([]byte("defghij"))
+	c.expectData([]byte("def"), 536)
+	c.barrier("past the window of 3")
+}
+
 // Data after the sandbox's FIN is not taken: the FIN ended the sandbox's
 // stream (RFC 9293 3.10.7.4, eighth), so it gets an ACK of the FIN and
 // nothing reaches the host after its end. A retransmitted FIN gets the
