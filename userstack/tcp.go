@@ -75,8 +75,8 @@ import (
 // The half-closes are four flags (flowFlags): the sandbox's FIN accepted
 // (finFromSandbox), then passed on as shutdown(SHUT_WR) once everything
 // before it is written (finToHost); the host's EOF read (eofFromHost),
-// then sent as a FIN once all its data is sent (finToSandbox). The flow ends when all four
-// are set and the FIN is acknowledged.
+// then sent as a FIN once all its data is sent (finToSandbox). The flow
+// ends when all four are set and the FIN is acknowledged.
 //
 // # Events
 //
@@ -142,22 +142,23 @@ import (
 //   - The relay's space: iss is its SYN-ACK's (random; tests fix it);
 //     [sndUna, sndNxt) is in flight: in tcpSynRcvd exactly the SYN; in
 //     tcpEstablished exactly the bytes of sent, plus one for the FIN once
-//     finToSandbox until it is acknowledged. sent holds one chunk per segment
-//     sent, front-trimmed by partial ACKs.
+//     finToSandbox until it is acknowledged. sent holds one chunk per
+//     segment sent, front-trimmed by partial ACKs.
 //   - The send window: sndWnd (bytes, already scaled) is taken only from
 //     the newest segment (RFC 9293 3.10.7.4: sndWL1 and sndWL2 are the
 //     sequence and ACK numbers of the segment it came from; an older one,
 //     reordered, leaves it alone; an ACK of new data counts as newer, as
-//     in Linux), and never from an ACK below sndUna.
-//     New data is sent only while sndNxt - sndUna is below
-//     min(sndWnd, tcpSndBuf) (space); a window the sandbox shrinks stops
-//     new data, and what is in flight stays there.
+//     in Linux), and never from an ACK below sndUna. New data is sent
+//     only while sndNxt - sndUna is below min(sndWnd, tcpSndBuf) (space);
+//     a window the sandbox shrinks stops new data, and what is in flight
+//     stays there.
 //
 // Buffering, and what bounds it:
 //
 //   - pend, the sandbox's data the host socket has not taken: at most
 //     tcpRcvBuf per flow; the window advertised to the sandbox is what is
-//     left of it (rcvWnd, rounded down to the window scale).
+//     left of it, at most the flow's share of what is free of the memory
+//     budget (rcvWnd, rounded down to the window scale).
 //   - sent, the host's data the sandbox has not acknowledged: at most
 //     min(sndWnd, tcpSndBuf) per flow; nothing is read from the host socket
 //     beyond it, so the rest waits in the host kernel's receive buffer and
