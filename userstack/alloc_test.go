@@ -13,9 +13,6 @@ import (
 // the sandbox, through the TUN's fast path, written to the host socket
 // (and its delayed ACK).
 func TestRelayHotPathsAllocateNothing(t *testing.T) {
-	old := tcpISS
-	tcpISS = func() uint32 { return fuzzISS }
-	defer func() { tcpISS = old }()
 	z := newTUNFuzz(t)
 	z.st.memBudget = DefaultMaxRelayMemory // not the fuzz target's tiny one: no pressure here
 	src, dst := netip.AddrPortFrom(jail4, 40700), netip.MustParseAddrPort("203.0.113.90:8080")

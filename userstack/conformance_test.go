@@ -113,6 +113,25 @@ var conformance = []struct {
 		cstep{sandbox: &cseg{flags: ack, seq: 1, ack: 4}},
 		cstep{hostWrite: "d", expect: []cseg{{flags: ack | psh, seq: 4, ack: 1, data: "d"}}},
 	)},
+	// RFC 9293 3.10.7.4 (SND.WL1, SND.WL2): the send window is taken only
+	// from a segment newer than the one it was last taken from, so that
+	// a reordered old segment cannot shrink it.
+	{"window: an old ACK arriving late does not shrink the window", append(append([]cstep{}, handshakeSteps...),
+		cstep{hostWrite: "abc", expect: []cseg{{flags: ack | psh, seq: 1, ack: 1, data: "abc"}}},
+		cstep{sandbox: &cseg{flags: ack, seq: 1, ack: 4}},         // the newer ACK, window 65535
+		cstep{sandbox: &cseg{flags: ack, seq: 1, ack: 1, wnd: 3}}, // sent before it, window 3
+		cstep{hostWrite: "defghijklm", expect: []cseg{{flags: ack | psh, seq: 4, ack: 1, data: "defghijklm"}}},
+		cstep{sandbox: &cseg{flags: ack, seq: 1, ack: 14}},
+	)},
+	{"window: an old data segment arriving late does not shrink the window", append(append([]cstep{}, handshakeSteps...),
+		// The sandbox sent "xy" with window 3, then an ACK (after "xy")
+		// with window 65535; the ACK comes first (a gap: duplicate ACK).
+		cstep{sandbox: &cseg{flags: ack, seq: 3, ack: 1}, expect: []cseg{{flags: ack, seq: 1, ack: 1}}},
+		cstep{sandbox: &cseg{flags: ack | psh, seq: 1, ack: 1, data: "xy", wnd: 3}, hostGets: "xy",
+			expect: []cseg{{flags: ack, seq: 1, ack: 3}}},
+		cstep{hostWrite: "abcdefghij", expect: []cseg{{flags: ack | psh, seq: 1, ack: 3, data: "abcdefghij"}}},
+		cstep{sandbox: &cseg{flags: ack, seq: 3, ack: 11}},
+	)},
 	{"out of order: a gap gets a duplicate ACK, nothing past it is taken", append(append([]cstep{}, handshakeSteps...),
 		cstep{sandbox: &cseg{flags: ack | psh, seq: 6, ack: 1, data: "world"}, expect: []cseg{{flags: ack, seq: 1, ack: 1}}},
 		cstep{sandbox: &cseg{flags: ack | psh, seq: 1, ack: 1, data: "hello"}, hostGets: "hello",

@@ -42,7 +42,9 @@
 // spirit of packetdrill: scripted exchanges (handshake, data, FIN each
 // way, RST, zero-window probes, retransmission, out-of-order) over a
 // channel endpoint against a fake host socket, each naming the exact
-// segments the sandbox sees. The stack answers only as the configured
+// segments the sandbox sees; tcptest_test.go ports gVisor's TCP tests
+// that apply to a relay (scaled windows, retransmission and window probes
+// on a fake clock, RST in each state). The stack answers only as the configured
 // gateway and virtual DNS addresses: port 53 there (UDP and TCP) is
 // relayed to the host's real resolvers, ICMP echo there is answered, the
 // gateway's Config.HostPorts are relayed to the same ports of the host's

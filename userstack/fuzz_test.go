@@ -16,6 +16,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
@@ -39,9 +40,6 @@ func FuzzTUNInput(f *testing.F) {
 	for _, seed := range fuzzSeeds() {
 		f.Add(seed)
 	}
-	old := tcpISS
-	tcpISS = func() uint32 { return fuzzISS }
-	f.Cleanup(func() { tcpISS = old })
 	f.Fuzz(func(t *testing.T, data []byte) {
 		z := newTUNFuzz(t)
 		for _, pkt := range splitPackets(data) {
@@ -166,6 +164,7 @@ func newTUNFuzz(t *testing.T) *tunFuzz {
 		// grants, flows held back and woken).
 		MaxRelayMemory: 8 << 10,
 		MaxUDPFlows:    4,
+		tcpISS:         func() uint32 { return fuzzISS },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -307,10 +306,10 @@ func checkRelayState(t *testing.T, st *Stack) {
 	}
 	for _, e := range flows {
 		e.f.mu.Lock()
-		err := e.f.checkState(e.k)
+		err, desc := e.f.checkState(e.k), e.f.String()
 		e.f.mu.Unlock()
 		if err != "" {
-			t.Fatalf("tcp flow %v -> %v: %s", e.k.src, e.k.dst, err)
+			t.Fatalf("tcp flow %s: %s", desc, err)
 		}
 	}
 	if now, peak := st.RelayMemory(); now < 0 || now > st.memBudget || peak > st.memBudget {
@@ -334,21 +333,21 @@ func (f *tcpFlow) checkState(k flowKey) string {
 	for _, p := range f.pend {
 		pend += len(p)
 	}
-	if pend != f.pendLen || f.pendLen > tcpRcvBuf || (f.pendLen > 0) != f.writing && f.state == tcpEstablished {
+	if pend != f.pendLen || f.pendLen > tcpRcvBuf || (f.pendLen > 0) != f.has(pendWaiting) && f.state == tcpEstablished {
 		return "host-bound buffer inconsistent"
 	}
-	sent := uint32(0)
+	sent := seqnum.Size(0)
 	for _, c := range f.sent {
-		sent += uint32(len(c.data))
+		sent += seqnum.Size(len(c.data))
 	}
-	out := f.sndNxt - f.sndUna
+	out := f.sndUna.Size(f.sndNxt)
 	switch f.state {
 	case tcpSynRcvd:
 		if out != 1 || sent != 0 {
 			return "SYN-RCVD with data outstanding"
 		}
 	case tcpEstablished:
-		if out != sent && !(f.finSent && out == sent+1) {
+		if out != sent && !(f.has(finToSandbox) && out == sent+1) {
 			return "outstanding sequence space does not match the data kept"
 		}
 		if out > tcpSndBuf+1 {

@@ -75,10 +75,10 @@ func (st *Stack) wakeMem() {
 // given back; free is what f saw free. Memory given back between that
 // look and the registration wakes the list at once.
 func (f *tcpFlow) waitMem(free int) {
-	if f.memWait {
+	if f.has(waitingMem) {
 		return
 	}
-	f.memWait = true
+	f.flags |= waitingMem
 	st := f.st
 	st.mu.Lock()
 	st.memWaiters = append(st.memWaiters, f)
@@ -110,7 +110,7 @@ func (st *Stack) timerFired(*loopTimer) {
 func (f *tcpFlow) memWoken() {
 	f.mu.Lock()
 	defer f.unlock()
-	f.memWait = false
+	f.flags &^= waitingMem
 	if f.state != tcpEstablished {
 		return
 	}

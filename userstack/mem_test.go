@@ -71,11 +71,11 @@ func TestRelayMemoryBudgetWithSlowHosts(t *testing.T) {
 		for i, c := range cs {
 			f := c.flow(t)
 			f.mu.Lock()
-			nxt := f.rcvNxt
+			nxt := uint32(f.rcvNxt)
 			f.mu.Unlock()
 			h.send(tcpSeg{src: c.src, dst: c.dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: nxt, ack: c.iss + 1, payload: streamAt(int(nxt-1001), chunk)}.bytes())
 			f.mu.Lock()
-			n := int(f.rcvNxt - nxt)
+			n := int(uint32(f.rcvNxt) - nxt)
 			f.mu.Unlock()
 			took[i] += n
 			progress = progress || n > 0
@@ -196,7 +196,7 @@ func TestRelayMemoryWakesAFlowHeldBack(t *testing.T) {
 	bf := b.flow(t)
 	for range 2000 {
 		bf.mu.Lock()
-		waiting := bf.memWait
+		waiting := bf.has(waitingMem)
 		bf.mu.Unlock()
 		if waiting {
 			break
@@ -204,8 +204,8 @@ func TestRelayMemoryWakesAFlowHeldBack(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	bf.mu.Lock()
-	if !bf.memWait || bf.sndNxt != b.iss+1 {
-		t.Fatalf("b: waiting %v, %d bytes sent; want it held back", bf.memWait, bf.sndNxt-b.iss-1)
+	if !bf.has(waitingMem) || uint32(bf.sndNxt) != b.iss+1 {
+		t.Fatalf("b: waiting %v, %d bytes sent; want it held back", bf.has(waitingMem), uint32(bf.sndNxt)-b.iss-1)
 	}
 	// Its retransmission timer, still armed from the handshake, would
 	// look at it once more: only the wake-up may.

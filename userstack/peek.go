@@ -120,7 +120,7 @@ func (f *tcpFlow) startName(nf *nameFlow) {
 	f.peek = p
 	// pend collects the sandbox's data until the host socket is there
 	// (toHost writes nothing while writing is set).
-	f.writing = true
+	f.flags |= pendWaiting
 	f.hostUp()
 }
 
@@ -145,7 +145,7 @@ func (f *tcpFlow) rcvRoom() int {
 // data or a FIN was taken).
 func (f *tcpFlow) peekData() {
 	p := f.peek
-	if p.done || f.state == tcpClosed || (f.pendLen == 0 && !f.finRcvd) {
+	if p.done || f.state == tcpClosed || (f.pendLen == 0 && !f.has(finFromSandbox)) {
 		return
 	}
 	if f.pendLen == 0 {
@@ -164,7 +164,7 @@ func (f *tcpFlow) peekData() {
 		switch {
 		case len(b) >= peekMax:
 			p.refuse(kind + " first message larger than the stack checks")
-		case f.finRcvd:
+		case f.has(finFromSandbox):
 			p.refuse("incomplete " + kind + " first message before the end of the stream")
 		}
 		return // more data, or the timer
@@ -194,9 +194,10 @@ func (p *peekState) refuse(rule string) {
 	p.done = true
 	f.st.blockName(netpolicy.ProtoTCP, f.key.dst, p.name, rule)
 	f.st.memGive(f.pendLen)
-	f.pend, f.pendLen, f.writing = nil, 0, false
+	f.pend, f.pendLen = nil, 0
+	f.flags &^= pendWaiting
 	f.sendReset()
-	f.reset = true
+	f.flags |= resetHost
 	f.state = tcpClosed
 }
 
@@ -242,7 +243,7 @@ func (p *peekState) dial() {
 			st.cfg.Logf("userstack: dial tcp %s (%s) for %s: %v", target, p.name, f.key.dst, err)
 		}
 		f.sendReset()
-		f.reset = true
+		f.flags |= resetHost
 		f.state = tcpClosed
 		return
 	}

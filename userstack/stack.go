@@ -139,6 +139,14 @@ type Config struct {
 	// stack answers DNS at VirtualDNS itself, hands out synthetic
 	// addresses for allowed names, and refuses the open internet.
 	Names *NameConfig
+
+	// Test seams of the TCP relay (tcptest_test.go): the initial sequence
+	// number of each flow (default: random), and the clock its
+	// retransmission timer measures time by (default: time.Now; the
+	// timer itself still runs on the event loop, and with a clock that
+	// does not move, runs out without effect).
+	tcpISS   func() uint32
+	tcpClock func() time.Time
 }
 
 // Stack is a running userspace egress proxy.
@@ -208,6 +216,12 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.tcpISS == nil {
+		cfg.tcpISS = tcpISS
+	}
+	if cfg.tcpClock == nil {
+		cfg.tcpClock = time.Now
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}

@@ -3,6 +3,7 @@ package userstack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -14,31 +15,201 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
-// TCP is relayed, not terminated.
+// Theory of operation: the TCP relay.
 //
-// gVisor's TCP endpoints are not used. Each flow is mapped segment by
-// segment onto the host socket dialed for it: data the sandbox sends is
-// written to that socket from the packet path, and what the socket reads
-// is framed into segments here. The stack keeps only the TCP state the
-// sandbox's side needs (sequence numbers, both windows, and the data the
-// sandbox has not acknowledged yet), none of a congestion-controlled
-// stack's: congestion control is the host kernel's business on the real
-// path, and the TUN hop is short and practically loss-free, so a simple
-// retransmission (go-back-N on a timeout, one segment on three duplicate
-// ACKs) is enough. A segment gets here from the TUN's fast path, which
-// takes only ordinary ones (see fastIP), or through gVisor's IP layer,
-// which validates the rest and drops what a non-loopback link must not
-// carry.
+// TCP is relayed, not terminated. gVisor's TCP endpoints are not used:
+// each connection the sandbox opens is mapped segment by segment onto a
+// host socket the relay dials for it. What the sandbox sends is written
+// to that socket; what the socket reads is framed into segments to the
+// sandbox. The relay keeps only the TCP state the sandbox's side needs
+// (sequence numbers, both windows, and the host's data the sandbox has
+// not acknowledged yet). Congestion control, RTT estimation and the
+// retransmissions on the real path are the host kernel's business: the
+// TUN hop is short and practically loss-free, so a fixed-floor timeout
+// (go-back-N) and a fast retransmit of one segment on three duplicate
+// ACKs are enough. Against gVisor's endpoints on the same path this
+// about halves the CPU per round trip and per connection (no receive
+// queue, no processor goroutine, no copy loop, no ACK per segment).
 //
-// Measured against gVisor's endpoints on the same path, this about halves
-// the proxy's CPU per request/response round trip and per connection: an
-// endpoint's receive queue, its processor goroutine, the hand-off to a copy
-// loop and its own ACK for every segment all went away.
+// A segment reaches tcpInput from the TUN's fast path, which takes only
+// ordinary ones (see fastTCP), or through gVisor's IP layer (handleTCP),
+// which validates the rest (fragments, extension headers) and drops what
+// a non-loopback link must not carry. Neither is trusted further:
+// tcpHeaderOK checks the header's length again.
+//
+// # Names and directions
+//
+// A flow is filed under its flowKey as the sandbox sent it: key.src is
+// the sandbox's address and port, key.dst the destination it dialed.
+// Segments the relay frames go the other way: from remoteAddr (key.dst's
+// address, spoofed) to sandboxAddr (key.src's). "rcv" names the sandbox's
+// data toward the host (the relay receives it), "snd" the host's data
+// toward the sandbox (the relay sends it), as a TCP endpoint standing in
+// for the remote end would name them.
+//
+// # A flow's life
+//
+//	SYN from the sandbox, policy allows   newTCP: flow filed, tcpDialing
+//	  host connect completes              hostUp: SYN-ACK, tcpSynRcvd
+//	  host connect fails                  RST, ICMP unreachable or
+//	                                      silence (dialFailed), tcpClosed
+//	sandbox ACKs the SYN-ACK              tcpEstablished
+//	either side's FIN                     flagged (finFromSandbox, eofFromHost);
+//	                                      the state stays established
+//	both FINs passed on and acknowledged  maybeDone: tcpClosed
+//	RST from the sandbox (exact seq),     tcpClosed (host socket closed,
+//	host socket error, give-up on RTO     with a RST where it failed)
+//
+// tcpClosed is final: unlock tears the flow down (timers stopped, host
+// socket closed, buffers released, table entry removed). A segment for a
+// key with no flow gets a RST (rejectTCP), a SYN a new flow. There is no
+// TIME-WAIT: a late retransmission of the sandbox's FIN meets no flow and
+// is reset, which its kernel takes as the end it already saw.
+//
+// The half-closes are four flags (flowFlags): the sandbox's FIN accepted
+// (finFromSandbox), then passed on as shutdown(SHUT_WR) once everything
+// before it is written (finToHost); the host's EOF read (eofFromHost),
+// then sent as a FIN once all its data is sent (finToSandbox). The flow
+// ends when all four are set and the FIN is acknowledged.
+//
+// # Events
+//
+// Every event takes the flow's lock, acts, and leaves through unlock,
+// which brings the host socket's epoll interest up to date (read while
+// the sandbox's window has room and the memory budget allows; write while
+// pend waits) and tears down a flow that closed.
+//
+//   - A segment from the sandbox (segment): RST and SYN checks (RFC 5961:
+//     a RST ends the flow only at exactly rcvNxt, one elsewhere in the
+//     window and any SYN get a challenge ACK), the handshake's ACK, the
+//     acceptability of a bare segment (a keepalive or probe is answered
+//     and dropped), the ACK and window (processAck; an ACK of what was
+//     never sent drops the segment), then the data and FIN (processData):
+//     data in order is written to the host socket at once, without
+//     waiting (toHost); what the socket does not take is queued in pend.
+//     Anything out of order is dropped with a duplicate ACK: nothing is
+//     reassembled.
+//   - The host socket readable (pollReady, readSome): read no more than
+//     the sandbox's window and the memory budget allow, one segment per
+//     read (at most the MSS), sent at once; EOF sends the FIN.
+//   - The host socket writable: flush writes pend; once it is empty a
+//     pending FIN is passed on and the window reopened.
+//   - The host socket's error or hang-up: the next read or write meets
+//     it; hostFailed resets the sandbox.
+//   - The dial's end: connected (own sockets, on the loop) or dial (a
+//     Dialer, on a worker).
+//   - Memory given back (mem.go): flows held back send their reopened
+//     window and read again.
+//
+// # Timers
+//
+// Two loop timers per flow (poll.go), both run on the event loop:
+//
+//   - ackTimer, the delayed ACK: a bare ACK waits tcpAckDelay for data to
+//     ride on, unless tcpAckEvery bytes are unacknowledged.
+//   - rtoTimer, one timer for four jobs by state: the dial's timeout
+//     (tcpDialing, own sockets only); the SYN-ACK's retransmission
+//     (tcpSynRcvd, tcpSynRetries times); the retransmission of host data
+//     and FIN (go-back-N from sndUna, tcpRTOMin doubling to tcpRTOMax,
+//     tcpMaxRetries timeouts without progress reset the flow); and the
+//     zero-window probe (a bare ACK at sndUna-1, out of window on
+//     purpose, so that the sandbox answers with its window; never given
+//     up while the sandbox answers). The timer is lazy: progress moves
+//     rtoFrom only, and the timer, when it runs out, re-arms for what is
+//     left.
+//
+// There is no idle timer. An idle flow lives as long as both ends do: the
+// host socket's keepalive (tcpKeepIdle, tcpKeepIntvl, tcpKeepCnt) finds a
+// remote end that vanished and resets the sandbox; the sandbox's own
+// keepalives are answered by the relay (a segment just below rcvNxt gets
+// the current ACK) and never reach the host.
+//
+// # Invariants
+//
+// Sequence numbers (seqnum.Value, compared modulo 2^32):
+//
+//   - The sandbox's space: irs is its SYN; rcvNxt the next byte the relay
+//     expects. Everything below rcvNxt was taken: written to the host
+//     socket or queued in pend (an ACK says the relay has the byte, not
+//     that the remote end does). rcvAcked is the last ACK number sent;
+//     rcvAcked != rcvNxt means an ACK is owed (ackTimer).
+//   - The relay's space: iss is its SYN-ACK's (random; tests fix it);
+//     [sndUna, sndNxt) is in flight: in tcpSynRcvd exactly the SYN; in
+//     tcpEstablished exactly the bytes of sent, plus one for the FIN once
+//     finToSandbox until it is acknowledged. sent holds one chunk per
+//     segment sent, front-trimmed by partial ACKs.
+//   - The send window: sndWnd (bytes, already scaled) is taken only from
+//     the newest segment (RFC 9293 3.10.7.4: sndWL1 and sndWL2 are the
+//     sequence and ACK numbers of the segment it came from; an older one,
+//     reordered, leaves it alone; an ACK of new data counts as newer, as
+//     in Linux), and never from an ACK below sndUna. New data is sent
+//     only while sndNxt - sndUna is below min(sndWnd, tcpSndBuf) (space);
+//     a window the sandbox shrinks stops new data, and what is in flight
+//     stays there.
+//
+// Buffering, and what bounds it:
+//
+//   - pend, the sandbox's data the host socket has not taken: at most
+//     tcpRcvBuf per flow; the window advertised to the sandbox is what is
+//     left of it, at most the flow's share of what is free of the memory
+//     budget (rcvWnd, rounded down to the window scale).
+//   - sent, the host's data the sandbox has not acknowledged: at most
+//     min(sndWnd, tcpSndBuf) per flow; nothing is read from the host socket
+//     beyond it, so the rest waits in the host kernel's receive buffer and
+//     its window throttles the remote sender.
+//   - Both are charged to the relay's memory budget (mem.go) before they
+//     are held, and given back when they are let go.
+//   - Nothing out of order is kept, in either direction.
+//
+// Who may touch a flow: every field but st, key, v6, remoteAddr and
+// sandboxAddr (fixed when the flow is made) is guarded by mu. The code
+// that takes it: the event loop (the TUN's input in production, host
+// socket readiness, timers, the memory wake-up), a worker finishing a
+// Dialer's dial, the goroutine that injects packets on a link other than
+// the TUN (tests' channel endpoint) and Stack.Close. opening is also
+// guarded by the stack's mu (set and cleared under both). Lock order:
+// a flow's mu, then the stack's mu, never the other way. The host
+// socket is read and written only under mu and only while the flow is
+// not closed; unlock closes it under mu, so no I/O reaches a reused
+// descriptor. Why a lock and not confinement to the loop: a Dialer's dial
+// ends on a worker, gVisor's channel endpoint delivers on its caller's
+// goroutine, and Close runs on its caller's; in production (the TUN, the
+// stack's own sockets) everything but Close runs on the loop, and mu is
+// never contended.
+//
+// # Deliberately absent
+//
+//   - SACK: not offered (the SYN-ACK carries no SACK-permitted), so the
+//     sandbox sends no SACK blocks; one it sends anyway is ignored.
+//   - Timestamps: not offered and ignored; RTT is not measured.
+//   - Out-of-order reassembly: a gap gets a duplicate ACK and the
+//     segment is dropped; the sandbox's fast retransmit fills it.
+//   - Congestion control, Nagle, silly-window avoidance, path MTU
+//     discovery, ECN: the host kernel does these on the real path.
+//   - TIME-WAIT, and an idle timeout (see above).
+//   - Simultaneous open and connections from the host to the sandbox: the
+//     sandbox only connects out.
+//   - A RST for a wrong ACK in SYN-RCVD (RFC 9293 answers one): it is
+//     dropped, and the SYN-ACK's retransmission resynchronises.
+//   - RFC 5961's ACK range check (section 5) and challenge ACK rate limit
+//     (section 7): the only sender on the link is the sandbox, which can
+//     reset or flood its own connections anyway.
+//
+// tcptest_test.go is the relay's harness in the manner of gVisor's TCP
+// tests (fixed ISS, a fake retransmission clock, SYN options, a barrier);
+// where the relay differs from a full TCP its tests say what it does and
+// why. conformance_test.go scripts whole exchanges.
+//
+// Window scaling is present: offered (tcpWndShift) when the sandbox's SYN
+// offers it, and the sandbox's scale (at most 14) applied to its windows.
+// The MSS is the sandbox's (default tcpDefaultMSS) capped by the link's
+// MTU. Urgent data is relayed both ways (see toHostUrgent, readSome).
 
 const (
 	// tcpWndShift is the window scale the stack offers.
@@ -107,86 +278,172 @@ type tcpChunk struct {
 	cost   int     // what it holds of the relay's memory budget
 }
 
-// tcpFlow is one relayed connection. Everything but key and addresses is
-// guarded by mu. The host socket is written and read with plain system
-// calls on its descriptor under mu, only while the flow is not closed, and
-// closed under mu when it closes: no I/O reaches a reused descriptor.
+// tcpFlow is one relayed connection.
 //
-// The host side is read and written on the stack's event loop (pollReady):
-// it reads while the sandbox's window has room, and writes what the
-// sandbox sent that the socket did not take at once.
+// Locking. The fields above mu are fixed before the flow is filed in the
+// stack's table (under the stack's mu, which publishes them) and read
+// without a lock. Every field below mu is guarded by mu, with two
+// exceptions, each marked: opening (also under the stack's mu) and the
+// loop timers' own bookkeeping (the poller's). Whoever acts on a flow
+// takes mu and leaves through unlock: the event loop (the TUN's input,
+// host socket readiness, timers, the memory wake-up), a worker ending a
+// Dialer's dial, a goroutine injecting packets on another link (tests),
+// and Stack.Close. The stack's mu may be taken under a flow's mu, never
+// the other way round.
+//
+// The host socket is read and written with plain system calls on its
+// descriptor, under mu, only while the flow is not closed, and closed
+// under mu when the flow closes: no I/O reaches a reused descriptor. The
+// event loop reads it while the sandbox's window has room, and writes
+// what the sandbox sent that the socket did not take at once (pend).
 type tcpFlow struct {
-	st       *Stack
-	key      flowKey // src: the sandbox's end; dst: the destination it dialed
-	v6       bool
-	src, dst tcpip.Address // dst's and src's addresses, for framing
+	// Fixed when the flow is made: no lock.
+	st  *Stack
+	key flowKey // src: the sandbox's end; dst: the destination it dialed
+	v6  bool
+	// The two ends' addresses, for framing: segments to the sandbox go
+	// from remoteAddr (key.dst's address) to sandboxAddr (key.src's).
+	remoteAddr, sandboxAddr tcpip.Address
 
+	// Guarded by mu: everything from here on.
 	mu    sync.Mutex
 	state tcpState
 	// pollFD: the host socket (fd, -1 before the dial) and its
 	// registration on the event loop.
 	pollFD
-	early bool // the host spoke before the sandbox's handshake ended
-	reset bool // close the host socket with a RST (SO_LINGER 0)
-	// opening: counted in st.opening (dialing or SYN-RCVD). Set and
-	// cleared under both mu and st.mu; read under either.
+	flags flowFlags // what has happened to the flow (see flowFlags)
+	// opening: counted in st.opening (dialing or SYN-RCVD). Guarded by
+	// both mu and the stack's mu: set and cleared under both, read under
+	// either. Not a bit of flags: those change under mu alone.
 	opening bool
-	closed  bool // torn down (timers stopped, table entry removed)
 
 	// The sandbox's data, toward the host.
-	irs      uint32
-	rcvNxt   uint32
-	rcvAcked uint32   // the last ACK number sent
-	rcvWnd   uint32   // the last window sent, in bytes
-	rcvShift uint8    // our window scale (0 if the sandbox offered none)
-	pend     [][]byte // accepted and acknowledged, not yet written to the host
-	pendLen  int      // held of the relay's memory budget
-	writing  bool     // pend waits for room in the host socket
-	finRcvd  bool     // the sandbox's FIN is accepted
-	shutWr   bool     // passed on: the host socket's sending side is shut
-	rcvUrg   bool     // the sandbox sent urgent data: rcvUp is its pointer
-	rcvUp    uint32   // one past the sandbox's urgent byte (BSD, as Linux sends)
+	irs      seqnum.Value
+	rcvNxt   seqnum.Value
+	rcvAcked seqnum.Value // the last ACK number sent
+	rcvWnd   seqnum.Size  // the last window sent, in bytes
+	rcvShift uint8        // our window scale (0 if the sandbox offered none)
+	pend     [][]byte     // accepted and acknowledged, not yet written to the host
+	pendLen  int          // held of the relay's memory budget
+	rcvUp    seqnum.Value // one past the sandbox's urgent byte (BSD, as Linux sends), with urgFromSandbox
 
 	// The host's data, toward the sandbox.
-	iss      uint32
-	sndUna   uint32
-	sndNxt   uint32
-	sndWnd   uint32 // the sandbox's window, in bytes
+	iss      seqnum.Value
+	sndUna   seqnum.Value
+	sndNxt   seqnum.Value
+	sndWnd   seqnum.Size  // the sandbox's window, in bytes
+	sndWL1   seqnum.Value // the sequence number of the segment sndWnd came from (SND.WL1)
+	sndWL2   seqnum.Value // and its ACK number (SND.WL2)
 	sndShift uint8
 	mss      int
-	sent     []tcpChunk // from sndUna on
-	hostEOF  bool
-	finSent  bool
-	urgIn    bool   // the host socket has urgent data not yet read (EPOLLPRI)
-	sndUrg   bool   // segments before sndUp carry URG
-	sndUp    uint32 // one past the host's urgent byte, in the sandbox's sequence
+	sent     []tcpChunk   // from sndUna on
+	sndUp    seqnum.Value // one past the host's urgent byte, in the sandbox's sequence, with urgToSandbox
 	dupAcks  int
 	retries  int
 	rto      time.Duration
 
+	// The timers: armed and stopped under mu (ackTimerArmed and
+	// rtoTimerArmed say which run); their heap position and deadline are
+	// the poller's, under its own lock.
 	ackTimer loopTimer
-	ackArmed bool
 	rtoTimer loopTimer // the dial's timeout while dialing
-	rtoArmed bool
 	rtoFrom  time.Time // since when the oldest outstanding segment waits
-
-	memWait bool // on the stack's list of flows waiting for memory (mem.go)
 
 	peek *peekState // a flow to a name not dialed yet (peek.go)
 }
 
-func seqLT(a, b uint32) bool { return int32(a-b) < 0 }
-func seqGT(a, b uint32) bool { return int32(a-b) > 0 }
+// flowFlags are what has happened to a flow beyond its state: the
+// half-closes each way, urgent data each way, the timers armed, and the
+// conditions the event loop waits on. A typed bit set, so that a flow
+// prints readably (String) in logs and test failures.
+type flowFlags uint16
+
+const (
+	// The sandbox's data, toward the host.
+	finFromSandbox flowFlags = 1 << iota // the sandbox's FIN is accepted (rcvNxt counts it)
+	finToHost                            // passed on: the host socket's sending side is shut (SHUT_WR)
+	pendWaiting                          // pend waits for room in the host socket
+	urgFromSandbox                       // the sandbox sent urgent data: rcvUp is its pointer
+	// The host's data, toward the sandbox.
+	eofFromHost    // the host socket read its end
+	finToSandbox   // the host's FIN is sent (sndNxt counts it)
+	urgFromHost    // the host socket has urgent data not yet read (EPOLLPRI)
+	urgToSandbox   // segments before sndUp carry URG
+	hostSpokeFirst // the host's data came before the sandbox's handshake ended
+	// Timers and waits.
+	ackTimerArmed // the delayed ACK is due
+	rtoTimerArmed // the retransmission (or probe, SYN-ACK, dial) timer runs
+	waitingMem    // on the stack's list of flows waiting for memory (mem.go)
+	// The end.
+	resetHost // close the host socket with a RST (SO_LINGER 0)
+	tornDown  // torn down: timers stopped, table entry removed
+)
+
+var flowFlagNames = [...]string{
+	"FIN_FROM_SANDBOX", "FIN_TO_HOST", "PEND_WAITING", "URG_FROM_SANDBOX",
+	"EOF_FROM_HOST", "FIN_TO_SANDBOX", "URG_FROM_HOST", "URG_TO_SANDBOX", "HOST_SPOKE_FIRST",
+	"ACK_TIMER", "RTO_TIMER", "WAITING_MEM",
+	"RESET_HOST", "TORN_DOWN",
+}
+
+// String names the flags set, "|"-separated ("-" for none).
+func (fl flowFlags) String() string {
+	if fl == 0 {
+		return "-"
+	}
+	var b []byte
+	for i, name := range flowFlagNames {
+		if fl&(1<<i) != 0 {
+			if len(b) > 0 {
+				b = append(b, '|')
+			}
+			b = append(b, name...)
+		}
+	}
+	if rest := fl &^ (1<<len(flowFlagNames) - 1); rest != 0 {
+		if len(b) > 0 {
+			b = append(b, '|')
+		}
+		b = fmt.Appendf(b, "%#x", uint16(rest))
+	}
+	return string(b)
+}
+
+// has reports whether every flag of fl is set.
+func (f *tcpFlow) has(fl flowFlags) bool { return f.flags&fl == fl }
+
+func (s tcpState) String() string {
+	switch s {
+	case tcpDialing:
+		return "DIALING"
+	case tcpSynRcvd:
+		return "SYN_RCVD"
+	case tcpEstablished:
+		return "ESTABLISHED"
+	case tcpClosed:
+		return "CLOSED"
+	}
+	return fmt.Sprintf("tcpState(%d)", uint8(s))
+}
+
+// String describes f (under f.mu) for logs and tests: its ends, state,
+// flags and sequence numbers relative to the initial ones.
+func (f *tcpFlow) String() string {
+	return fmt.Sprintf("%s -> %s %s [%s] rcv %d+%d wnd %d, snd %d..%d wnd %d",
+		f.key.src, f.key.dst, f.state, f.flags,
+		f.irs.Add(1).Size(f.rcvNxt), f.pendLen, f.rcvWnd,
+		f.iss.Add(1).Size(f.sndUna), f.iss.Add(1).Size(f.sndNxt), f.sndWnd)
+}
 
 // tcpIn is a segment from the sandbox.
 type tcpIn struct {
-	v6     bool
-	local  tcpip.Address // the destination the sandbox addressed
-	remote tcpip.Address // the sandbox's address
-	key    flowKey
-	h      header.TCP // with its options
-	data   [][]byte   // the payload
-	n      int        // its length
+	v6          bool
+	remoteAddr  tcpip.Address // the destination the sandbox addressed
+	sandboxAddr tcpip.Address // the sandbox's address
+	key         flowKey
+	h           header.TCP // with its options
+	data        [][]byte   // the payload
+	n           int        // its length
 }
 
 // handleTCP receives the TCP segments gVisor's IP layer delivers (there
@@ -201,9 +458,9 @@ func (st *Stack) handleTCP(id stack.TransportEndpointID, pkt *stack.PacketBuffer
 	var small [4][]byte
 	n := pkt.Data().Size()
 	st.tcpInput(&tcpIn{
-		v6:     id.LocalAddress.BitLen() == 128,
-		local:  id.LocalAddress,
-		remote: id.RemoteAddress,
+		v6:          id.LocalAddress.BitLen() == 128,
+		remoteAddr:  id.LocalAddress, // gVisor's "local" end is the destination
+		sandboxAddr: id.RemoteAddress,
 		key: flowKey{
 			src: netip.AddrPortFrom(toAddr(id.RemoteAddress), id.RemotePort),
 			dst: netip.AddrPortFrom(toAddr(id.LocalAddress), id.LocalPort),
@@ -278,7 +535,7 @@ func (st *Stack) rejectTCP(in *tcpIn) {
 	if !ok {
 		return
 	}
-	seg := tcpSegment{v6: in.v6, src: in.local, dst: in.remote, srcPort: h.DestinationPort(), dstPort: h.SourcePort(), flags: out, seq: seq, ack: ack}
+	seg := tcpSegment{v6: in.v6, src: in.remoteAddr, dst: in.sandboxAddr, srcPort: h.DestinationPort(), dstPort: h.SourcePort(), flags: out, seq: seqnum.Value(seq), ack: seqnum.Value(ack)}
 	if err := st.writeTCP(&seg, nil); err != nil {
 		st.cfg.Logf("userstack: tcp reset to %v: %v", in.key.src, err)
 	}
@@ -307,15 +564,15 @@ func (st *Stack) newTCP(in *tcpIn) {
 	}
 	opts := header.ParseSynOptions(h.Options(), false)
 	f := &tcpFlow{
-		st:     st,
-		key:    key,
-		v6:     in.v6,
-		src:    in.local,
-		dst:    in.remote,
-		pollFD: pollFD{fd: -1},
-		irs:    h.SequenceNumber(),
-		rcvNxt: h.SequenceNumber() + 1,
-		rto:    tcpRTOMin,
+		st:          st,
+		key:         key,
+		v6:          in.v6,
+		remoteAddr:  in.remoteAddr,
+		sandboxAddr: in.sandboxAddr,
+		pollFD:      pollFD{fd: -1},
+		irs:         seqnum.Value(h.SequenceNumber()),
+		rcvNxt:      seqnum.Value(h.SequenceNumber()).Add(1),
+		rto:         tcpRTOMin,
 	}
 	f.ackTimer = newLoopTimer(f)
 	f.rtoTimer = newLoopTimer(f)
@@ -324,7 +581,7 @@ func (st *Stack) newTCP(in *tcpIn) {
 		f.sndShift = uint8(min(opts.WS, 14))
 		f.rcvShift = tcpWndShift
 	}
-	f.sndWnd = uint32(h.WindowSize()) // a SYN's window is never scaled
+	f.sndWnd = seqnum.Size(h.WindowSize()) // a SYN's window is never scaled
 	f.mss = int(opts.MSS)
 	if f.mss == 0 {
 		f.mss = tcpDefaultMSS
@@ -485,16 +742,16 @@ func (f *tcpFlow) hostUp() {
 	// Urgent data stays in the stream, in its place (reads stop at its
 	// mark, which SIOCATMARK tells): readSome marks it for the sandbox.
 	_ = unix.SetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_OOBINLINE, 1)
-	f.iss = tcpISS()
-	f.sndUna, f.sndNxt = f.iss, f.iss+1
+	f.iss = seqnum.Value(f.st.cfg.tcpISS())
+	f.sndUna, f.sndNxt = f.iss, f.iss.Add(1)
 	f.state = tcpSynRcvd
 	f.sendSynAck()
 	f.startRTO()
 }
 
-// tcpISS picks an initial sequence number (the fuzz target fixes it, to
-// script whole handshakes).
-var tcpISS = rand.Uint32
+// tcpISS picks an initial sequence number: Config's default (tests fix
+// theirs through Config.tcpISS).
+func tcpISS() uint32 { return rand.Uint32() }
 
 // errDialTimeout: the stack's own connect took longer than DialTimeout.
 var errDialTimeout = errors.New("timed out")
@@ -577,14 +834,14 @@ func (f *tcpFlow) pollReady(events uint32) {
 			f.hostFailed(syscall.Errno(n))
 			return
 		}
-		f.early = true // read once the sandbox completes its handshake
+		f.flags |= hostSpokeFirst // read once the sandbox completes its handshake
 		return
 	}
-	if f.writing && events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+	if f.has(pendWaiting) && events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		f.flush()
 	}
 	if events&unix.EPOLLPRI != 0 {
-		f.urgIn = true
+		f.flags |= urgFromHost
 	}
 	if f.hostOpen() && events&(unix.EPOLLIN|unix.EPOLLPRI|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		f.readSome()
@@ -595,7 +852,7 @@ func (f *tcpFlow) pollReady(events uint32) {
 func (f *tcpFlow) segment(in *tcpIn) {
 	h := in.h
 	flags := h.Flags()
-	seq := h.SequenceNumber()
+	seq := seqnum.Value(h.SequenceNumber())
 	f.mu.Lock()
 	defer f.unlock()
 	switch f.state {
@@ -615,9 +872,9 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		// window it is dropped.
 		switch {
 		case seq == f.rcvNxt:
-			f.reset = true
+			f.flags |= resetHost
 			f.state = tcpClosed
-		case seq-f.rcvNxt < f.window():
+		case seq.InWindow(f.rcvNxt, f.window()):
 			f.sendAck()
 		}
 		return
@@ -633,9 +890,9 @@ func (f *tcpFlow) segment(in *tcpIn) {
 	if !flags.Contains(header.TCPFlagAck) {
 		return
 	}
-	ack := h.AckNumber()
+	ack := seqnum.Value(h.AckNumber())
 	if f.state == tcpSynRcvd {
-		if ack != f.iss+1 {
+		if ack != f.iss.Add(1) {
 			return
 		}
 		f.state = tcpEstablished
@@ -645,21 +902,36 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		f.opening = false
 		f.sndUna = ack
 		f.retries, f.rto = 0, tcpRTOMin
-		f.sndWnd = uint32(h.WindowSize()) << f.sndShift
+		f.sndWnd = seqnum.Size(h.WindowSize()) << f.sndShift
+		f.sndWL1, f.sndWL2 = seq, ack
 		if f.peek != nil {
 			f.peekEstablished()
 		}
 	}
+	if in.n == 0 && !flags.Contains(header.TCPFlagFin) && seq.LessThan(f.rcvNxt) {
+		// Not acceptable (RFC 9293 3.10.7.4): a keepalive or a zero
+		// window probe, answered with the current ACK and window and
+		// dropped before its ACK is looked at (a keepalive is no
+		// duplicate ACK, its window no news). A bare segment past the
+		// window is still taken for its ACK: the relay's window can
+		// shrink under memory pressure (mem.go), and a sender's ACKs
+		// from beyond the new edge must not be lost.
+		f.sendAck()
+		return
+	}
+	if !f.processAck(seq, ack, seqnum.Size(h.WindowSize())<<f.sndShift, in.n == 0 && !flags.Contains(header.TCPFlagFin)) {
+		return
+	}
 	n := in.n
 	if flags.Contains(header.TCPFlagUrg) && h.UrgentPointer() != 0 {
 		// RFC 9293 3.10.7.4: the urgent pointer only moves forward.
-		if up := seq + uint32(h.UrgentPointer()); !f.rcvUrg || seqGT(up, f.rcvUp) {
-			if seqGT(up, f.rcvNxt) {
-				f.rcvUrg, f.rcvUp = true, up
+		if up := seq.Add(seqnum.Size(h.UrgentPointer())); !f.has(urgFromSandbox) || f.rcvUp.LessThan(up) {
+			if f.rcvNxt.LessThan(up) {
+				f.flags |= urgFromSandbox
+				f.rcvUp = up
 			}
 		}
 	}
-	f.processAck(ack, uint32(h.WindowSize())<<f.sndShift, n == 0 && !flags.Contains(header.TCPFlagFin))
 	switch {
 	case f.state == tcpClosed:
 	case n > 0 || flags.Contains(header.TCPFlagFin):
@@ -668,28 +940,31 @@ func (f *tcpFlow) segment(in *tcpIn) {
 			f.peekData()
 		}
 	case seq != f.rcvNxt:
-		// Not acceptable (RFC 9293 3.10.7.4): a keepalive or a zero
-		// window probe, answered with the current ACK and window.
+		// In the window past a gap: a duplicate ACK (nothing past the
+		// gap is kept).
 		f.sendAck()
 	}
-	if f.early && f.hostOpen() {
+	if f.has(hostSpokeFirst) && f.hostOpen() {
 		// The host spoke first (a greeting, a banner) and its data waits
 		// in the socket: send it now rather than a turn of the loop later.
-		f.early = false
+		f.flags &^= hostSpokeFirst
 		f.readSome()
 	}
 	f.maybeDone()
 }
 
-// processAck takes the sandbox's acknowledgement and window.
-func (f *tcpFlow) processAck(ack, wnd uint32, bare bool) {
-	if seqGT(ack, f.sndNxt) {
+// processAck takes the sandbox's acknowledgement and window. It reports
+// false for a segment that acknowledges what was never sent, which is
+// answered with an ACK and dropped, data and all (RFC 9293 3.10.7.4).
+func (f *tcpFlow) processAck(seq, ack seqnum.Value, wnd seqnum.Size, bare bool) bool {
+	if f.sndNxt.LessThan(ack) {
 		f.sendAck() // acknowledges what was never sent
-		return
+		return false
 	}
+	old, advanced := ack.LessThan(f.sndUna), f.sndUna.LessThan(ack)
 	switch {
-	case seqGT(ack, f.sndUna):
-		f.dropAcked(ack - f.sndUna)
+	case f.sndUna.LessThan(ack):
+		f.dropAcked(f.sndUna.Size(ack))
 		f.sndUna = ack
 		f.dupAcks, f.retries, f.rto = 0, 0, tcpRTOMin
 		if f.sndUna != f.sndNxt {
@@ -707,23 +982,34 @@ func (f *tcpFlow) processAck(ack, wnd uint32, bare bool) {
 		// answers, as Linux's does.
 		f.retries = 0
 	}
-	f.sndWnd = wnd // a wider window: unlock reads the host again
-	if wnd == 0 && f.sndUna == f.sndNxt && f.hostOpen() && !f.rtoArmed {
+	// RFC 9293 3.10.7.4: the window is taken from an ACK of sndUna or
+	// later, and only from a segment no older than the one it was last
+	// taken from (SND.WL1, SND.WL2): an old segment the sandbox's
+	// network reordered carries an old window, and must not shrink (or
+	// widen) the current one. As in Linux, an ACK of new data counts as
+	// newer too, so that a segment from far ahead (past the window)
+	// cannot hold the window still.
+	if old || !(advanced || f.sndWL1.LessThan(seq) || (seq == f.sndWL1 && !ack.LessThan(f.sndWL2))) {
+		return true
+	}
+	f.sndWnd, f.sndWL1, f.sndWL2 = wnd, seq, ack // a wider window: unlock reads the host again
+	if wnd == 0 && f.sndUna == f.sndNxt && f.hostOpen() && !f.has(rtoTimerArmed) {
 		f.startRTO() // a window probe, if the sandbox's update is lost
 	}
+	return true
 }
 
 // dropAcked releases n acknowledged bytes (the FIN's sequence number
 // included, when it is acknowledged) from the front of sent.
-func (f *tcpFlow) dropAcked(n uint32) {
+func (f *tcpFlow) dropAcked(n seqnum.Size) {
 	i := 0
 	for ; i < len(f.sent) && n > 0; i++ {
 		c := &f.sent[i]
-		if uint32(len(c.data)) > n {
+		if seqnum.Size(len(c.data)) > n {
 			c.data = c.data[n:]
 			break
 		}
-		n -= uint32(len(c.data))
+		n -= seqnum.Size(len(c.data))
 		f.st.memGive(c.cost)
 		c.release()
 	}
@@ -745,10 +1031,10 @@ func (c *tcpChunk) release() {
 // order, it goes to the host; a gap or a duplicate is answered with an
 // immediate ACK (the sandbox's fast retransmit fills gaps; nothing out of
 // order is kept).
-func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
+func (f *tcpFlow) processData(seq seqnum.Value, data [][]byte, n int, fin bool) {
 	skip := 0
-	if seqLT(seq, f.rcvNxt) {
-		old := int(f.rcvNxt - seq)
+	if seq.LessThan(f.rcvNxt) {
+		old := int(seq.Size(f.rcvNxt))
 		if old > n || (old == n && !fin) {
 			f.sendAck() // entirely old: a retransmission we already have
 			return
@@ -758,7 +1044,7 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 		f.sendAck() // a gap: duplicate ACK
 		return
 	}
-	if f.finRcvd {
+	if f.has(finFromSandbox) {
 		f.sendAck()
 		return
 	}
@@ -769,7 +1055,7 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 	if take > 0 {
 		var took int
 		var ok bool
-		if f.rcvUrg && f.rcvUp-1-f.rcvNxt < uint32(take) {
+		if f.has(urgFromSandbox) && f.rcvNxt.Size(f.rcvUp-1) < seqnum.Size(take) {
 			took, ok = f.toHostUrgent(data, skip, take)
 		} else {
 			took, ok = f.toHost(data, skip, take)
@@ -777,7 +1063,7 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 		if !ok {
 			return
 		}
-		f.rcvNxt += uint32(took)
+		f.rcvNxt.UpdateForward(seqnum.Size(took))
 		if took < take {
 			// The relay's memory budget is spent: the rest is not
 			// acknowledged (the sandbox sends it again), and the window
@@ -788,16 +1074,16 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 	}
 	if fin {
 		f.rcvNxt++
-		f.finRcvd = true
+		f.flags |= finFromSandbox
 		f.shutHost()
-		if f.finSent {
+		if f.has(finToSandbox) {
 			f.sendAck() // the last segment of the flow
 		} else {
 			f.armAck() // the host's FIN, if it follows soon, carries it
 		}
 		return
 	}
-	if f.rcvNxt-f.rcvAcked >= tcpAckEvery {
+	if f.rcvAcked.Size(f.rcvNxt) >= tcpAckEvery {
 		f.sendAck()
 		return
 	}
@@ -812,7 +1098,7 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 func (f *tcpFlow) toHost(data [][]byte, skip, take int) (int, bool) {
 	var small [4][]byte
 	parts := cutSlices(small[:0], data, skip, take)
-	if !f.writing {
+	if !f.has(pendWaiting) {
 		n, err := rawWritev(f.fd, parts)
 		switch {
 		case err == unix.EAGAIN || err == unix.EINTR:
@@ -844,7 +1130,7 @@ func (f *tcpFlow) toHost(data [][]byte, skip, take int) (int, bool) {
 		}
 		f.pend = append(f.pend, append(make([]byte, 0, max(len(p), tcpPendChunk)), p...))
 	}
-	f.writing = true
+	f.flags |= pendWaiting
 	return took, true
 }
 
@@ -856,10 +1142,10 @@ func (f *tcpFlow) toHost(data [][]byte, skip, take int) (int, bool) {
 // the byte goes in line, in its place: urgent data may not overtake the
 // data before it.
 func (f *tcpFlow) toHostUrgent(data [][]byte, skip, take int) (int, bool) {
-	at := int(f.rcvUp - 1 - f.rcvNxt)
-	f.rcvUrg = false
+	at := int(f.rcvNxt.Size(f.rcvUp - 1))
+	f.flags &^= urgFromSandbox
 	took, ok := f.toHost(data, skip, at)
-	if !ok || took < at || f.writing {
+	if !ok || took < at || f.has(pendWaiting) {
 		if ok && took == at {
 			more, ok := f.toHost(data, skip+at, take-at)
 			return took + more, ok
@@ -955,7 +1241,7 @@ func (f *tcpFlow) flush() {
 	}
 	f.st.memGive(f.pendLen) // what a failed host socket will never take
 	f.pend, f.pendLen = nil, 0
-	f.writing = false
+	f.flags &^= pendWaiting
 	if f.state != tcpClosed {
 		f.shutHost()
 		// The window reopens: say so if it had closed below half.
@@ -969,10 +1255,10 @@ func (f *tcpFlow) flush() {
 // shutHost passes the sandbox's FIN on once everything before it is
 // written.
 func (f *tcpFlow) shutHost() {
-	if !f.finRcvd || f.shutWr || f.writing {
+	if !f.has(finFromSandbox) || f.has(finToHost) || f.has(pendWaiting) {
 		return
 	}
-	f.shutWr = true
+	f.flags |= finToHost
 	if err := unix.Shutdown(f.fd, unix.SHUT_WR); err != nil && err != unix.ENOTCONN {
 		f.hostFailed(err)
 	}
@@ -1003,17 +1289,19 @@ func (f *tcpFlow) readSome() {
 			room = min(room, grant, tcpCopyBelow-1)
 		}
 		urgent := false
-		if f.urgIn {
+		if f.has(urgFromHost) {
 			// A read stops short of the mark: at it, the first byte
 			// read is the urgent one.
 			if at, err := unix.IoctlGetInt(f.fd, unix.SIOCATMARK); err == nil && at == 1 {
-				urgent, f.urgIn = true, false
+				urgent = true
+				f.flags &^= urgFromHost
 			}
 		}
 		buf := readBuffers.Get().(*[]byte)
 		n, err := rawRead(f.fd, (*buf)[:room])
 		if urgent && err == nil && n > 0 {
-			f.sndUrg, f.sndUp = true, f.sndNxt+1
+			f.flags |= urgToSandbox
+			f.sndUp = f.sndNxt.Add(1)
 		}
 		switch {
 		case err == unix.EAGAIN || err == unix.EINTR:
@@ -1028,7 +1316,7 @@ func (f *tcpFlow) readSome() {
 		case n == 0:
 			readBuffers.Put(buf)
 			f.st.memGive(grant)
-			f.hostEOF = true
+			f.flags |= eofFromHost
 			f.sendFin()
 			f.maybeDone()
 			return
@@ -1048,7 +1336,7 @@ func (f *tcpFlow) readSome() {
 
 // space is how much more the sandbox's window and the send buffer take.
 func (f *tcpFlow) space() int {
-	inflight := f.sndNxt - f.sndUna
+	inflight := f.sndUna.Size(f.sndNxt)
 	lim := min(f.sndWnd, tcpSndBuf)
 	if inflight >= lim {
 		return 0
@@ -1060,22 +1348,22 @@ func (f *tcpFlow) space() int {
 // it is acknowledged.
 func (f *tcpFlow) sendData(c tcpChunk) {
 	seg := f.seg(header.TCPFlagAck|header.TCPFlagPsh, f.sndNxt)
-	if f.sndUna == f.sndNxt || !f.rtoArmed {
+	if f.sndUna == f.sndNxt || !f.has(rtoTimerArmed) {
 		f.startRTO()
 	}
 	f.sent = append(f.sent, c)
-	f.sndNxt += uint32(len(c.data))
+	f.sndNxt.UpdateForward(seqnum.Size(len(c.data)))
 	f.write(&seg, c.data)
 }
 
 // sendFin sends the host's FIN once all its data is sent.
 func (f *tcpFlow) sendFin() {
-	if f.finSent {
+	if f.has(finToSandbox) {
 		return
 	}
-	f.finSent = true
+	f.flags |= finToSandbox
 	seg := f.seg(header.TCPFlagAck|header.TCPFlagFin, f.sndNxt)
-	if f.sndUna == f.sndNxt || !f.rtoArmed {
+	if f.sndUna == f.sndNxt || !f.has(rtoTimerArmed) {
 		f.startRTO()
 	}
 	f.sndNxt++
@@ -1093,19 +1381,19 @@ func (f *tcpFlow) retransmit(one bool) {
 	for _, c := range f.sent {
 		seg := f.seg(header.TCPFlagAck|header.TCPFlagPsh, seq)
 		f.write(&seg, c.data)
-		seq += uint32(len(c.data))
+		seq.UpdateForward(seqnum.Size(len(c.data)))
 		if one {
 			return
 		}
 	}
-	if f.finSent && seq != f.sndNxt {
+	if f.has(finToSandbox) && seq != f.sndNxt {
 		seg := f.seg(header.TCPFlagAck|header.TCPFlagFin, seq)
 		f.write(&seg, nil)
 	}
 }
 
 // window is the receive window to advertise, in bytes.
-func (f *tcpFlow) window() uint32 {
+func (f *tcpFlow) window() seqnum.Size {
 	w, _, _ := f.windowLimit()
 	return w
 }
@@ -1119,37 +1407,37 @@ func (f *tcpFlow) window() uint32 {
 // after its retransmission timeout.
 //
 // free is what it saw free of the budget (for waitMem).
-func (f *tcpFlow) windowLimit() (w uint32, short bool, free int) {
-	w = min(uint32(f.rcvRoom()), 0xffff<<f.rcvShift)
+func (f *tcpFlow) windowLimit() (w seqnum.Size, short bool, free int) {
+	w = min(seqnum.Size(f.rcvRoom()), 0xffff<<f.rcvShift)
 	free = f.st.memFree()
 	share := free / max(1, int(f.st.tcpLive.Load()))
 	if share < int(w) { // in int: a budget past 4 GiB does not fit a uint32
-		return uint32(max(share, 0)), share < tcpWndShort, free
+		return seqnum.Size(max(share, 0)), share < tcpWndShort, free
 	}
 	return w, false, free
 }
 
 // seg starts a segment from the flow's destination to the sandbox,
 // acknowledging everything received so far.
-func (f *tcpFlow) seg(flags header.TCPFlags, seq uint32) tcpSegment {
+func (f *tcpFlow) seg(flags header.TCPFlags, seq seqnum.Value) tcpSegment {
 	w, short, free := f.windowLimit()
 	if short {
 		f.waitMem(free) // a window update once memory is given back
 	}
 	f.rcvWnd = w >> f.rcvShift << f.rcvShift
 	s := tcpSegment{
-		v6: f.v6, src: f.src, dst: f.dst, srcPort: f.key.dst.Port(), dstPort: f.key.src.Port(),
+		v6: f.v6, src: f.remoteAddr, dst: f.sandboxAddr, srcPort: f.key.dst.Port(), dstPort: f.key.src.Port(),
 		flags: flags, seq: seq, ack: f.rcvNxt, wnd: uint16(f.rcvWnd >> f.rcvShift),
 	}
-	if f.sndUrg {
+	if f.has(urgToSandbox) {
 		// Every segment before the urgent pointer carries it (RFC 9293
 		// 3.8.5), retransmissions included, until it is acknowledged.
 		switch {
-		case !seqLT(f.sndUna, f.sndUp):
-			f.sndUrg = false
-		case seqLT(seq, f.sndUp) && f.sndUp-seq <= 0xffff:
+		case !f.sndUna.LessThan(f.sndUp):
+			f.flags &^= urgToSandbox
+		case seq.LessThan(f.sndUp) && seq.Size(f.sndUp) <= 0xffff:
 			s.flags |= header.TCPFlagUrg
-			s.urg = uint16(f.sndUp - seq)
+			s.urg = uint16(seq.Size(f.sndUp))
 		}
 	}
 	return s
@@ -1200,20 +1488,20 @@ func (f *tcpFlow) hostFailed(err error) {
 	if f.state == tcpClosed {
 		return
 	}
-	f.st.cfg.Logf("userstack: tcp %s -> %s: host side: %v", f.key.src, f.key.dst, err)
+	f.st.cfg.Logf("userstack: tcp %v: host side: %v", f, err)
 	f.sendReset()
-	f.reset = true
+	f.flags |= resetHost
 	f.state = tcpClosed
 }
 
 // hostOpen reports whether the host side is still read: established, and
 // no EOF from the host yet.
-func (f *tcpFlow) hostOpen() bool { return f.state == tcpEstablished && !f.hostEOF }
+func (f *tcpFlow) hostOpen() bool { return f.state == tcpEstablished && !f.has(eofFromHost) }
 
 // maybeDone ends a flow both sides have closed and acknowledged.
 func (f *tcpFlow) maybeDone() {
-	if f.state == tcpEstablished && f.finRcvd && f.shutWr && !f.writing &&
-		f.finSent && f.sndUna == f.sndNxt && !f.hostOpen() {
+	if f.state == tcpEstablished && f.has(finFromSandbox) && f.has(finToHost) && !f.has(pendWaiting) &&
+		f.has(finToSandbox) && f.sndUna == f.sndNxt && !f.hostOpen() {
 		f.state = tcpClosed
 	}
 }
@@ -1229,17 +1517,17 @@ func (f *tcpFlow) timerFired(t *loopTimer) {
 }
 
 func (f *tcpFlow) armAck() {
-	if f.ackArmed {
+	if f.has(ackTimerArmed) {
 		return
 	}
-	f.ackArmed = true
+	f.flags |= ackTimerArmed
 	f.st.poll.arm(&f.ackTimer, tcpAckDelay)
 }
 
 func (f *tcpFlow) onAckTimer() {
 	f.mu.Lock()
 	defer f.unlock()
-	f.ackArmed = false
+	f.flags &^= ackTimerArmed
 	if f.rcvAcked != f.rcvNxt {
 		f.sendAck()
 	}
@@ -1252,21 +1540,21 @@ func (f *tcpFlow) onAckTimer() {
 
 // startRTO starts the wait of what is outstanding now.
 func (f *tcpFlow) startRTO() {
-	f.rtoFrom = time.Now()
-	if !f.rtoArmed {
+	f.rtoFrom = f.st.cfg.tcpClock()
+	if !f.has(rtoTimerArmed) {
 		f.armRTO(f.rto)
 	}
 }
 
 func (f *tcpFlow) armRTO(d time.Duration) {
 	f.st.poll.arm(&f.rtoTimer, d)
-	f.rtoArmed = true
+	f.flags |= rtoTimerArmed
 }
 
 func (f *tcpFlow) stopRTO() {
-	if f.rtoArmed {
+	if f.has(rtoTimerArmed) {
 		f.st.poll.stop(&f.rtoTimer)
-		f.rtoArmed = false
+		f.flags &^= rtoTimerArmed
 	}
 }
 
@@ -1275,10 +1563,10 @@ func (f *tcpFlow) stopRTO() {
 func (f *tcpFlow) onRTO() {
 	f.mu.Lock()
 	defer f.unlock()
-	if !f.rtoArmed {
+	if !f.has(rtoTimerArmed) {
 		return // stopped after it was due
 	}
-	f.rtoArmed = false
+	f.flags &^= rtoTimerArmed
 	if f.state == tcpDialing {
 		f.dialFailed(errDialTimeout)
 		return
@@ -1290,15 +1578,15 @@ func (f *tcpFlow) onRTO() {
 	if probe && (f.space() > 0 || !f.hostOpen()) {
 		return // nothing outstanding, no window to probe
 	}
-	if left := f.rto - time.Since(f.rtoFrom); left > 0 {
+	if left := f.rto - f.st.cfg.tcpClock().Sub(f.rtoFrom); left > 0 {
 		f.armRTO(left) // progress since the timer was armed
 		return
 	}
 	f.retries++
 	if f.retries > tcpMaxRetries || (f.state == tcpSynRcvd && f.retries > tcpSynRetries) {
-		f.st.cfg.Logf("userstack: tcp %s -> %s: the sandbox stopped acknowledging", f.key.src, f.key.dst)
+		f.st.cfg.Logf("userstack: tcp %v: the sandbox stopped acknowledging", f)
 		f.sendReset()
-		f.reset = true
+		f.flags |= resetHost
 		f.state = tcpClosed
 		return
 	}
@@ -1311,7 +1599,7 @@ func (f *tcpFlow) onRTO() {
 	} else {
 		f.retransmit(false)
 	}
-	f.rtoFrom = time.Now()
+	f.rtoFrom = f.st.cfg.tcpClock()
 	f.armRTO(f.rto)
 }
 
@@ -1327,18 +1615,18 @@ func (f *tcpFlow) unlock() {
 	}
 	if f.state == tcpClosed && f.fd >= 0 {
 		// Also a dial's socket that arrives after the flow closed.
-		if f.reset {
+		if f.has(resetHost) {
 			_ = unix.SetsockoptLinger(f.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 		}
 		f.st.poll.forget(&f.pollFD)
 		unix.Close(f.fd)
 		f.fd = -1
 	}
-	if f.state != tcpClosed || f.closed {
+	if f.state != tcpClosed || f.has(tornDown) {
 		f.mu.Unlock()
 		return
 	}
-	f.closed = true
+	f.flags |= tornDown
 	f.st.poll.stop(&f.ackTimer)
 	f.stopRTO()
 	for i := range f.sent {
@@ -1371,7 +1659,7 @@ func (f *tcpFlow) interest() uint32 {
 	case tcpDialing:
 		ev = unix.EPOLLOUT
 	case tcpSynRcvd:
-		if !f.early {
+		if !f.has(hostSpokeFirst) {
 			ev = unix.EPOLLIN // just to hear of an error: data waits
 		}
 	case tcpEstablished:
@@ -1382,7 +1670,7 @@ func (f *tcpFlow) interest() uint32 {
 				f.waitMem(0) // read again once memory is given back
 			}
 		}
-		if f.writing {
+		if f.has(pendWaiting) {
 			ev |= unix.EPOLLOUT
 		}
 	}

@@ -3,6 +3,7 @@ package userstack
 import (
 	"bytes"
 	"io"
+	"math/bits"
 	"net/netip"
 	"testing"
 	"time"
@@ -416,7 +417,7 @@ func TestTCPRelayCapsOpeningConnections(t *testing.T) {
 	// One handshake completes: room for one more.
 	f := (&conn{h: h, src: netip.AddrPortFrom(jail4, 44100), dst: dst}).flow(t)
 	f.mu.Lock()
-	iss := f.iss
+	iss := uint32(f.iss)
 	f.mu.Unlock()
 	h.send(tcpSeg{src: netip.AddrPortFrom(jail4, 44100), dst: dst, flags: header.TCPFlagAck, seq: 1001, ack: iss + 1}.bytes())
 	syn(44102)
@@ -502,4 +503,27 @@ func TestTCPRelayInexactResetGetsChallengeAck(t *testing.T) {
 	}
 	c.d.peer.Close()
 	h.settle(t)
+}
+
+// A flow's flags and state print by name, for logs and test failures.
+func TestTCPFlowFlagsString(t *testing.T) {
+	for _, tt := range []struct {
+		fl   flowFlags
+		want string
+	}{
+		{0, "-"},
+		{finFromSandbox, "FIN_FROM_SANDBOX"},
+		{finToHost | eofFromHost | finToSandbox, "FIN_TO_HOST|EOF_FROM_HOST|FIN_TO_SANDBOX"},
+		{tornDown | 1<<15, "TORN_DOWN|0x8000"},
+	} {
+		if got := tt.fl.String(); got != tt.want {
+			t.Errorf("%#x: %q, want %q", uint16(tt.fl), got, tt.want)
+		}
+	}
+	if got := tcpEstablished.String(); got != "ESTABLISHED" {
+		t.Errorf("tcpEstablished: %q", got)
+	}
+	if len(flowFlagNames) != bits.Len16(uint16(tornDown)) {
+		t.Errorf("%d flag names for %d flags", len(flowFlagNames), bits.Len16(uint16(tornDown)))
+	}
 }

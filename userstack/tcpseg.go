@@ -4,6 +4,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 )
 
 // tcpSegment is a segment the stack frames itself, to the sandbox.
@@ -12,7 +13,7 @@ type tcpSegment struct {
 	src, dst         tcpip.Address
 	srcPort, dstPort uint16
 	flags            header.TCPFlags
-	seq, ack         uint32
+	seq, ack         seqnum.Value
 	wnd              uint16
 	urg              uint16 // the urgent pointer (with TCPFlagUrg)
 	// SYN-ACK options: the MSS when non-zero, with the window scale when
@@ -40,7 +41,7 @@ func (st *Stack) writeTCP(s *tcpSegment, payload []byte) error {
 	l4Len := tcpLen + len(payload)
 	t := header.TCP(hdr[ipLen:])
 	t.Encode(&header.TCPFields{
-		SrcPort: s.srcPort, DstPort: s.dstPort, SeqNum: s.seq, AckNum: s.ack,
+		SrcPort: s.srcPort, DstPort: s.dstPort, SeqNum: uint32(s.seq), AckNum: uint32(s.ack),
 		DataOffset: uint8(tcpLen), Flags: s.flags, WindowSize: s.wnd, UrgentPointer: s.urg,
 	})
 	if s.mss != 0 {

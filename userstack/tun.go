@@ -516,7 +516,7 @@ func fastTCP(in *tcpIn, head, body []byte, n int) bool {
 		return false
 	}
 	in.v6 = v6
-	in.local, in.remote = tcpAddr(dst), tcpAddr(src)
+	in.remoteAddr, in.sandboxAddr = tcpAddr(dst), tcpAddr(src)
 	in.h = h[:tcpLen]
 	in.key = flowKey{src: netip.AddrPortFrom(src, h.SourcePort()), dst: netip.AddrPortFrom(dst, h.DestinationPort())}
 	in.n = total - ipLen - tcpLen

@@ -12,8 +12,8 @@ import (
 // matches the error to its connecting socket by: an IP header from the
 // sandbox to the destination and the SYN's ports and sequence number.
 func (st *Stack) tcpUnreachable(f *tcpFlow, netUnreach bool) {
-	const quoteTCP = 8           // ports and sequence number
-	sandbox, dst := f.dst, f.src // f.src is the destination's address
+	const quoteTCP = 8 // ports and sequence number
+	sandbox, dst := f.sandboxAddr, f.remoteAddr
 	var quote [header.IPv6MinimumSize + quoteTCP]byte
 	q := quote[:ipHeaderLen(f.v6)+quoteTCP]
 	// The quoted IP header says the segment was a bare TCP header long.
