@@ -62,7 +62,9 @@ func (p *peekState) timerFired(*loopTimer) {
 		return
 	}
 	if f.pendLen == 0 {
-		// The client waits for the server to speak first.
+		// The client waits for the server to speak first. What it sends
+		// once it has heard the server is still checked (peekwatch.go).
+		f.startWatch(p.name)
 		p.decide(sniffNotThis, "")
 		return
 	}
@@ -71,7 +73,9 @@ func (p *peekState) timerFired(*loopTimer) {
 		// method), and then silence: a short message of another
 		// protocol ("x", "PING") waiting for its answer. Relayed as
 		// neither: a client pausing in its request line gains nothing
-		// it could not have with bytes that are no HTTP at all.
+		// it could not have with bytes that are no HTTP at all: the
+		// rest of its first message is still checked (peekwatch.go).
+		f.startWatch(p.name)
 		p.decide(sniffNotThis, "")
 		return
 	}
@@ -152,40 +156,14 @@ func (f *tcpFlow) peekData() {
 		p.decide(sniffNotThis, "") // closed without a byte: nothing to check
 		return
 	}
-	b := f.pendBytes()
-	name, res := sniffTLS(b)
-	kind := "TLS"
-	if res == sniffNotThis {
-		name, res = sniffHTTP(b)
-		kind = "HTTP"
+	rule, res := checkFirst(f.pendBytes(), p.name, f.finRcvd)
+	switch {
+	case rule != "":
+		p.refuse(rule)
+	case res != sniffNeedMore:
+		p.decide(res, "")
 	}
-	switch res {
-	case sniffNeedMore:
-		switch {
-		case len(b) >= peekMax:
-			p.refuse(kind + " first message larger than the stack checks")
-		case f.finRcvd:
-			p.refuse("incomplete " + kind + " first message before the end of the stream")
-		}
-		return // more data, or the timer
-	case sniffMalformed:
-		p.refuse("malformed " + kind + " first message")
-		return
-	case sniffFound:
-		if name == "" {
-			p.refuse("no sni")
-			return
-		}
-		if canonName(name) != p.name {
-			what := "sni mismatch: "
-			if kind == "HTTP" {
-				what = "http host mismatch: "
-			}
-			p.refuse(what + canonName(name))
-			return
-		}
-	}
-	p.decide(res, name)
+	// NeedMore: more data, or the timer
 }
 
 // refuse resets the sandbox's side and records the block.

@@ -172,7 +172,8 @@ type tcpFlow struct {
 
 	memWait bool // on the stack's list of flows waiting for memory (mem.go)
 
-	peek *peekState // a flow to a name not dialed yet (peek.go)
+	peek  *peekState // a flow to a name not dialed yet (peek.go)
+	watch *flowWatch // a flow to a name dialed before its first message (peekwatch.go)
 }
 
 func seqLT(a, b uint32) bool { return int32(a-b) < 0 }
@@ -763,6 +764,9 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 	if room := f.rcvRoom(); take > room {
 		take, fin = room, false // beyond the window: dropped
 	}
+	if take > 0 && f.watch != nil && !f.watchData(data, skip, take) {
+		return
+	}
 	if take > 0 {
 		var took int
 		var ok bool
@@ -1344,6 +1348,7 @@ func (f *tcpFlow) unlock() {
 	}
 	f.st.memGive(f.pendLen)
 	f.sent, f.pend, f.pendLen = nil, nil, 0
+	f.endWatch()
 	f.mu.Unlock()
 	st := f.st
 	st.mu.Lock()

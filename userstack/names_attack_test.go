@@ -1,0 +1,226 @@
+package userstack
+
+import (
+	"bytes"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// Attacks on the deferred dial's check of the first bytes (peek.go,
+// peekwatch.go): each one names another host than the flow's (or none) in
+// a way that once slipped past the check, or might.
+
+// attackFlow opens a flow from the sandbox to dst and returns a sender of
+// its data, in order.
+func (h *namesHarness) attackFlow(t *testing.T, src, dst netip.AddrPort) func(b []byte) {
+	t.Helper()
+	iss := h.handshake(t, src, dst)
+	seq := uint32(1001)
+	return func(b []byte) {
+		h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: seq, ack: iss + 1, payload: b}.bytes())
+		seq += uint32(len(b))
+	}
+}
+
+// hostGets reads from the dialed host until it closes, and fails unless
+// it got exactly want.
+func hostGets(t *testing.T, d dial, want []byte) {
+	t.Helper()
+	_ = d.peer.SetReadDeadline(time.Now().Add(time.Minute))
+	got, _ := io.ReadAll(d.peer)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the host got %q, want %q", got, want)
+	}
+}
+
+// hostReads reads n bytes from the dialed host.
+func hostReads(t *testing.T, d dial, n int) []byte {
+	t.Helper()
+	_ = d.peer.SetReadDeadline(time.Now().Add(time.Minute))
+	b := make([]byte, n)
+	if _, err := io.ReadFull(d.peer, b); err != nil {
+		t.Fatalf("the host read %q: %v", b, err)
+	}
+	return b
+}
+
+// A client that outwaits the peek timeout (as a server-first protocol
+// does, or sending the start of a request line and pausing) and then
+// names another host: reset at the segment that names it, which never
+// reaches the host. Before peekwatch.go it was relayed unchecked.
+func TestNamesPeekTimeoutThenOtherName(t *testing.T) {
+	h := newNamesHarness(t, map[string][]uint16{"api.test": nil, "other.test": nil}, NameConfig{PeekTimeout: 20 * time.Millisecond})
+	h.zone.addA("api.test", "203.0.113.10")
+	h.zone.addA("other.test", "203.0.113.10") // a shared front
+	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	port := uint16(49000)
+	next := func(dport uint16) (func([]byte), netip.AddrPort) {
+		port++
+		dst := netip.AddrPortFrom(api, dport)
+		return h.attackFlow(t, netip.AddrPortFrom(jail4, port), dst), dst
+	}
+	refused := func(d dial, hostGot []byte, rule string) {
+		t.Helper()
+		h.waitRST(t)
+		hostGets(t, d, hostGot)
+		bl := h.blocks.list()
+		if len(bl) == 0 || bl[len(bl)-1].Name != "api.test" || bl[len(bl)-1].Rule != rule {
+			t.Fatalf("blocks %+v, want the last api.test (%s)", bl, rule)
+		}
+	}
+	other := clientHello(t, "other.test")
+	req := []byte("GET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
+
+	// Silence until the dial, then a ClientHello for another name.
+	send, _ := next(443)
+	d := h.zone.next(t) // dialed after the timeout, nothing sent yet
+	send(other)
+	refused(d, nil, "sni mismatch: other.test")
+
+	// The same in small segments (as few as the harness's queue of
+	// packets holds the answers to): the last one is never relayed.
+	send, _ = next(443)
+	d = h.zone.next(t)
+	last := 0
+	for i := 0; i < len(other); i += 32 {
+		last = i
+		send(other[i:min(i+32, len(other))])
+	}
+	refused(d, other[:last], "sni mismatch: other.test")
+
+	// Silence, then no SNI.
+	send, _ = next(443)
+	d = h.zone.next(t)
+	send(clientHello(t, ""))
+	refused(d, nil, "no sni")
+
+	// Silence, then an HTTP request for another host.
+	send, _ = next(80)
+	d = h.zone.next(t)
+	send(req)
+	refused(d, nil, "http host mismatch: other.test")
+
+	// A pause in the request line: "G" is relayed after the timeout, the
+	// rest is checked with it.
+	send, _ = next(80)
+	send(req[:1])
+	d = h.zone.next(t)
+	if got := hostReads(t, d, 1); string(got) != "G" {
+		t.Fatalf("host read %q", got)
+	}
+	send(req[1:])
+	refused(d, nil, "http host mismatch: other.test")
+
+	// A few bytes at a time, slower than the timeout: the same.
+	send, _ = next(80)
+	send(req[:2])
+	d = h.zone.next(t)
+	hostReads(t, d, 2)
+	last = 0
+	for i := 2; i < len(req); i += 4 {
+		last = i
+		send(req[i:min(i+4, len(req))])
+	}
+	refused(d, req[2:last], "http host mismatch: other.test")
+
+	// Cleartext HTTP/2 with prior knowledge after a pause.
+	send, _ = next(80)
+	send([]byte("PRI"))
+	d = h.zone.next(t)
+	hostReads(t, d, 3)
+	send([]byte(h2Preface[3:]))
+	refused(d, nil, "cleartext HTTP/2 (its :authority is not checked)")
+
+	// Controls: the right name after the timeout is relayed, and so is a
+	// server-first protocol's answer.
+	good := clientHello(t, "api.test")
+	send, _ = next(443)
+	d = h.zone.next(t)
+	send(good)
+	if got := hostReads(t, d, len(good)); !bytes.Equal(got, good) {
+		t.Fatal("the ClientHello for api.test was not relayed whole")
+	}
+	send([]byte("\x17\x03\x03\x00\x01x")) // application data, after the check
+	hostReads(t, d, 6)
+	d.peer.Close()
+
+	send, _ = next(22)
+	d = h.zone.next(t)
+	send([]byte("SSH-2.0-client\r\n"))
+	send([]byte("\x00\x00\x01\x0c\x0a\x14 binary"))
+	if got := hostReads(t, d, 29); !strings.HasPrefix(string(got), "SSH-2.0-client\r\n") {
+		t.Fatalf("host read %q", got)
+	}
+	d.peer.Close()
+	for _, b := range h.blocks.list() {
+		if strings.Contains(b.Dst.String(), ":22") || b.Rule == "" {
+			t.Fatalf("a control was blocked: %+v", b)
+		}
+	}
+}
+
+// Other ways of naming another host in the first message: each refused
+// before any dial.
+func TestNamesFirstMessageEvasions(t *testing.T) {
+	h := newNamesHarness(t, map[string][]uint16{"api.test": nil, "other.test": nil}, NameConfig{PeekTimeout: time.Minute})
+	h.zone.addA("api.test", "203.0.113.10")
+	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	// fragmented re-frames a ClientHello's handshake message in records of
+	// n bytes each.
+	fragmented := func(hello []byte, n int) []byte {
+		msg := hello[5:]
+		var out []byte
+		for len(msg) > 0 {
+			k := min(n, len(msg))
+			out = append(out, 0x16, 0x03, 0x01, 0, byte(k))
+			out = append(out, msg[:k]...)
+			msg = msg[k:]
+		}
+		return out
+	}
+	port := uint16(49500)
+	for _, tt := range []struct {
+		name    string
+		payload []byte
+		rule    string
+	}{
+		{"leading crlf before the request line", []byte("\r\n\r\nGET / HTTP/1.1\r\nHost: other.test\r\n\r\n"), "http host mismatch: other.test"},
+		{"absolute-form target", []byte("GET http://other.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n"), "malformed HTTP first message"},
+		{"two Host headers", []byte("GET / HTTP/1.1\r\nHost: api.test\r\nHost: other.test\r\n\r\n"), "malformed HTTP first message"},
+		{"sni with a suffix", clientHello(t, "api.test.other.test"), "sni mismatch: api.test.other.test"},
+		{"idn sni", clientHello(t, "xn--pi-ila.test"), "sni mismatch: xn--pi-ila.test"},
+		{"one-byte TLS records", fragmented(clientHello(t, "other.test"), 1), "sni mismatch: other.test"},
+		{"h2 prior knowledge", []byte(h2Preface), "cleartext HTTP/2 (its :authority is not checked)"},
+	} {
+		port++
+		send := h.attackFlow(t, netip.AddrPortFrom(jail4, port), netip.AddrPortFrom(api, 443))
+		send(tt.payload)
+		h.waitRST(t)
+		h.zone.none(t)
+		bl := h.blocks.list()
+		if len(bl) == 0 || bl[len(bl)-1].Rule != tt.rule {
+			t.Fatalf("%s: blocks %+v, want the last %q", tt.name, bl, tt.rule)
+		}
+	}
+	// Controls: the allowed name in one-byte records, with an upper-case
+	// SNI and with leading empty lines, is relayed whole.
+	for _, payload := range [][]byte{
+		fragmented(clientHello(t, "API.Test"), 1),
+		[]byte("\r\nGET / HTTP/1.1\r\nHost: api.test\r\n\r\n"),
+	} {
+		port++
+		send := h.attackFlow(t, netip.AddrPortFrom(jail4, port), netip.AddrPortFrom(api, 443))
+		send(payload)
+		d := h.zone.next(t)
+		if got := hostReads(t, d, len(payload)); !bytes.Equal(got, payload) {
+			t.Fatalf("host got %q", got)
+		}
+		d.peer.Close()
+	}
+}
