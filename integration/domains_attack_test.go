@@ -227,7 +227,7 @@ echo "gw-tcp-80|$(` + plain + ` tcp ` + labGateway + `:80)"
 		sawControl := 0
 		for _, s := range rec.streams() {
 			if bytes.Contains(s, []byte("other.test")) || bytes.HasPrefix(s, []byte("PRI ")) {
-				t.Errorf("a lab server got %q", s)
+				t.Errorf("a lab server got %.120q", s)
 			}
 			if bytes.Contains(s, []byte("api.test")) {
 				sawControl++

@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
 // Attacks on the deferred dial's check of the first bytes (peek.go,
@@ -223,4 +225,71 @@ func TestNamesFirstMessageEvasions(t *testing.T) {
 		}
 		d.peer.Close()
 	}
+}
+
+// Addresses in other forms, after a live policy update (the jail replaces
+// the address policy when the host's network changes, here with a
+// network-specific NAT64 prefix): the IPv4-mapped and NAT64 forms of a
+// synthetic address and of the real address behind a name lead nowhere,
+// and the name itself still works with its check.
+func TestNamesAddressFormsAfterLiveUpdate(t *testing.T) {
+	h := newNamesHarness(t, map[string][]uint16{"api.test": nil, "other.test": nil}, NameConfig{PeekTimeout: time.Minute})
+	h.zone.addA("api.test", "203.0.113.10")
+	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	h.st.SetPolicy(netpolicy.MustNew(netpolicy.Config{
+		Allow: []netip.Prefix{netip.MustParsePrefix("192.168.1.50/32"), DefaultPool4, DefaultPool6},
+		NAT64: []netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96")},
+	}))
+	a4 := api.As4()
+	port := uint16(49800)
+	for _, dst := range []string{
+		"[::ffff:" + api.String() + "]:443",
+		"[2001:db8:64::" + netip.AddrFrom4(a4).String() + "]:443",
+		"[64:ff9b::" + api.String() + "]:443",
+		"[::ffff:203.0.113.10]:443",
+		"[2001:db8:64::203.0.113.10]:443",
+		"[64:ff9b::203.0.113.10]:443",
+		"203.0.113.10:443",
+		"198.18.255.255:443",
+		"198.19.255.255:443",
+	} {
+		port++
+		src := netip.AddrPortFrom(jail4, port)
+		d := netip.MustParseAddrPort(dst)
+		if d.Addr().Is6() {
+			src = netip.AddrPortFrom(jail6, port)
+		}
+		h.send(tcpSeg{src: src, dst: d, flags: header.TCPFlagSyn, seq: 1000}.bytes())
+		// A marker refused for sure: everything the stack answers to the
+		// SYN above comes before its RST (an IPv4-mapped destination
+		// gets no answer at all: gVisor drops it).
+		marker := netip.AddrPortFrom(jail4, 40999)
+		h.send(tcpSeg{src: marker, dst: netip.MustParseAddrPort("203.0.113.99:9"), flags: header.TCPFlagSyn, seq: 1000}.bytes())
+		for {
+			o := readOut(t, h.ep)
+			if o.proto != header.TCPProtocolNumber {
+				continue
+			}
+			if o.tcp().DestinationPort() == src.Port() && !o.tcp().Flags().Contains(header.TCPFlagRst) {
+				t.Fatalf("%s: got %v, want RST or nothing", dst, o.tcp().Flags())
+			}
+			if o.tcp().DestinationPort() == marker.Port() {
+				break
+			}
+		}
+		h.zone.none(t)
+	}
+	// The name, after the update: the check still runs.
+	port++
+	send := h.attackFlow(t, netip.AddrPortFrom(jail4, port), netip.AddrPortFrom(api, 443))
+	send(clientHello(t, "other.test"))
+	h.waitRST(t)
+	h.zone.none(t)
+	port++
+	send = h.attackFlow(t, netip.AddrPortFrom(jail4, port), netip.AddrPortFrom(api, 443))
+	good := clientHello(t, "api.test")
+	send(good)
+	d := h.zone.next(t)
+	hostReads(t, d, len(good))
+	d.peer.Close()
 }
