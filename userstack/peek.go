@@ -32,7 +32,10 @@ import (
 // "neither". A short message followed by silence that may begin an HTTP
 // request line (any word: "x", "PING") is dialed as "neither" after
 // PeekTimeout too; the start of a ClientHello that stops short of its end
-// is waited for up to peekWaitMax in all, then refused.
+// is waited for up to peekWaitMax in all, then refused. A flow dialed at
+// the timeout is not left unchecked: what its client sends next is read
+// with its first bytes before it is relayed (peekwatch.go), so waiting
+// out the timeout and then naming another host gets a RST as well.
 //
 // What the sandbox sees differs from a plain relayed flow in one way: its
 // connect succeeds before the host is reached, so a refused or
