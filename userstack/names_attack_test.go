@@ -137,7 +137,7 @@ func TestNamesPeekTimeoutThenOtherName(t *testing.T) {
 	d = h.zone.next(t)
 	hostReads(t, d, 3)
 	send([]byte(h2Preface[3:]))
-	refused(d, nil, "cleartext HTTP/2 (its :authority is not checked)")
+	refused(d, nil, "cleartext HTTP/2 (its :authority is not checked: use TLS, or --allow-ip for the address)")
 
 	// Controls: the right name after the timeout is relayed, and so is a
 	// server-first protocol's answer.
@@ -198,7 +198,7 @@ func TestNamesFirstMessageEvasions(t *testing.T) {
 		{"sni with a suffix", clientHello(t, "api.test.other.test"), "sni mismatch: api.test.other.test"},
 		{"idn sni", clientHello(t, "xn--pi-ila.test"), "sni mismatch: xn--pi-ila.test"},
 		{"one-byte TLS records", fragmented(clientHello(t, "other.test"), 1), "sni mismatch: other.test"},
-		{"h2 prior knowledge", []byte(h2Preface), "cleartext HTTP/2 (its :authority is not checked)"},
+		{"h2 prior knowledge", []byte(h2Preface), "cleartext HTTP/2 (its :authority is not checked: use TLS, or --allow-ip for the address)"},
 	} {
 		port++
 		send := h.attackFlow(t, netip.AddrPortFrom(jail4, port), netip.AddrPortFrom(api, 443))
@@ -290,6 +290,39 @@ func TestNamesAddressFormsAfterLiveUpdate(t *testing.T) {
 	good := clientHello(t, "api.test")
 	send(good)
 	d := h.zone.next(t)
+	hostReads(t, d, len(good))
+	d.peer.Close()
+}
+
+// The IPv6 pool gets the same check: a synthetic AAAA address used with
+// another name, at once or after the peek timeout, is refused; with its
+// own name it reaches the name's real IPv6 address.
+func TestNamesPool6SNICheck(t *testing.T) {
+	h := newNamesHarness(t, map[string][]uint16{"api.test": nil, "other.test": nil}, NameConfig{PeekTimeout: 20 * time.Millisecond})
+	h.zone.addA("api.test", "2001:db8::10")
+	api6 := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeAAAA), "api.test.")[0]
+	if !DefaultPool6.Contains(api6) {
+		t.Fatalf("AAAA %v outside %v", api6, DefaultPool6)
+	}
+	dst := netip.AddrPortFrom(api6, 443)
+	send := h.attackFlow(t, netip.AddrPortFrom(jail6, 49900), dst)
+	send(clientHello(t, "other.test"))
+	h.waitRST(t)
+	h.zone.none(t)
+
+	send = h.attackFlow(t, netip.AddrPortFrom(jail6, 49901), dst)
+	d := h.zone.next(t) // the timeout
+	send(clientHello(t, "other.test"))
+	h.waitRST(t)
+	hostGets(t, d, nil)
+
+	good := clientHello(t, "api.test")
+	send = h.attackFlow(t, netip.AddrPortFrom(jail6, 49902), dst)
+	send(good)
+	d = h.zone.next(t)
+	if d.address != "[2001:db8::10]:443" {
+		t.Fatalf("dialed %s", d.address)
+	}
 	hostReads(t, d, len(good))
 	d.peer.Close()
 }

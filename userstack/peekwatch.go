@@ -49,7 +49,7 @@ func checkFirst(b []byte, name string, fin bool) (string, sniffResult) {
 		switch n := min(len(b), len(h2Preface)); {
 		case !bytes.Equal(b[:n], []byte(h2Preface[:n])):
 		case n == len(h2Preface):
-			return "cleartext HTTP/2 (its :authority is not checked)", sniffMalformed
+			return "cleartext HTTP/2 (its :authority is not checked: use TLS, or --allow-ip for the address)", sniffMalformed
 		default:
 			res = sniffNeedMore
 		}
