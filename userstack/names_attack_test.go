@@ -170,9 +170,11 @@ func TestNamesPeekTimeoutThenOtherName(t *testing.T) {
 // Other ways of naming another host in the first message: each refused
 // before any dial.
 func TestNamesFirstMessageEvasions(t *testing.T) {
-	h := newNamesHarness(t, map[string][]uint16{"api.test": nil, "other.test": nil}, NameConfig{PeekTimeout: time.Minute})
+	h := newNamesHarness(t, map[string][]uint16{"api.test": nil, "other.test": nil, "kit.test": nil}, NameConfig{PeekTimeout: time.Minute})
 	h.zone.addA("api.test", "203.0.113.10")
+	h.zone.addA("kit.test", "203.0.113.11")
 	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	kit := answerAddrs(t, h.query(t, "kit.test.", dnsmessage.TypeA), "kit.test.")[0]
 	// fragmented re-frames a ClientHello's handshake message in records of
 	// n bytes each.
 	fragmented := func(hello []byte, n int) []byte {
@@ -191,17 +193,23 @@ func TestNamesFirstMessageEvasions(t *testing.T) {
 		name    string
 		payload []byte
 		rule    string
+		to      netip.Addr // api when not set
 	}{
-		{"leading crlf before the request line", []byte("\r\n\r\nGET / HTTP/1.1\r\nHost: other.test\r\n\r\n"), "http host mismatch: other.test"},
-		{"absolute-form target", []byte("GET http://other.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n"), "malformed HTTP first message"},
-		{"two Host headers", []byte("GET / HTTP/1.1\r\nHost: api.test\r\nHost: other.test\r\n\r\n"), "malformed HTTP first message"},
-		{"sni with a suffix", clientHello(t, "api.test.other.test"), "sni mismatch: api.test.other.test"},
-		{"idn sni", clientHello(t, "xn--pi-ila.test"), "sni mismatch: xn--pi-ila.test"},
-		{"one-byte TLS records", fragmented(clientHello(t, "other.test"), 1), "sni mismatch: other.test"},
-		{"h2 prior knowledge", []byte(h2Preface), "cleartext HTTP/2 (its :authority is not checked: use TLS, or --allow-ip for the address)"},
+		{"leading crlf before the request line", []byte("\r\n\r\nGET / HTTP/1.1\r\nHost: other.test\r\n\r\n"), "http host mismatch: other.test", netip.Addr{}},
+		{"absolute-form target", []byte("GET http://other.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n"), "malformed HTTP first message", netip.Addr{}},
+		{"two Host headers", []byte("GET / HTTP/1.1\r\nHost: api.test\r\nHost: other.test\r\n\r\n"), "malformed HTTP first message", netip.Addr{}},
+		{"sni with a suffix", clientHello(t, "api.test.other.test"), "sni mismatch: api.test.other.test", netip.Addr{}},
+		{"idn sni", clientHello(t, "xn--pi-ila.test"), "sni mismatch: xn--pi-ila.test", netip.Addr{}},
+		{"one-byte TLS records", fragmented(clientHello(t, "other.test"), 1), "sni mismatch: other.test", netip.Addr{}},
+		{"sni folding to the name only in unicode", clientHello(t, "\u212Ait.test"), `sni mismatch: "\u212ait.test"`, kit},
+		{"h2 prior knowledge", []byte(h2Preface), "cleartext HTTP/2 (its :authority is not checked: use TLS, or --allow-ip for the address)", netip.Addr{}},
 	} {
 		port++
-		send := h.attackFlow(t, netip.AddrPortFrom(jail4, port), netip.AddrPortFrom(api, 443))
+		to := api
+		if tt.to.IsValid() {
+			to = tt.to
+		}
+		send := h.attackFlow(t, netip.AddrPortFrom(jail4, port), netip.AddrPortFrom(to, 443))
 		send(tt.payload)
 		h.waitRST(t)
 		h.zone.none(t)

@@ -2,6 +2,7 @@ package userstack
 
 import (
 	"bytes"
+	"strconv"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
@@ -68,9 +69,13 @@ func checkFirst(b []byte, name string, fin bool) (string, sniffResult) {
 		switch {
 		case got == "":
 			return "no sni", res
-		case canonName(got) == name:
+		case canonName(got) == name && isASCII(got):
+			// ASCII only: strings.ToLower folds the Kelvin sign (U+212A)
+			// to "k", and a name with it is another name to a server.
 		case kind == "HTTP":
 			return "http host mismatch: " + canonName(got), res
+		case !isASCII(got):
+			return "sni mismatch: " + strconv.QuoteToASCII(got), res
 		default:
 			return "sni mismatch: " + canonName(got), res
 		}
@@ -124,4 +129,13 @@ func (f *tcpFlow) endWatch() {
 		f.st.memGive(f.watch.cost)
 		f.watch = nil
 	}
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
