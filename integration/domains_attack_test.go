@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -106,6 +107,12 @@ func TestJailDomainAttacks(t *testing.T) {
 		l.echoRecorded(l.world, labInternet+":443", rec)
 		l.echoRecorded(l.world, labInternet+":80", rec)
 		l.echoUDP(l.world, labInternet+":53")
+		l.serveTCP(l.world, labInternet+":2222", func(c net.Conn) {
+			if _, err := c.Write([]byte("SSH-2.0-lab\r\n")); err != nil {
+				return
+			}
+			_, _ = io.Copy(c, c)
+		})
 
 		dir, err := os.MkdirTemp("/tmp", "claude-sandbox-domattack-")
 		must(t, err)
@@ -143,6 +150,7 @@ echo "pause-host|$($P pause api.test:80 600ms other.test)"
 echo "pause-host-ok|$($P pause api.test:80 600ms api.test)"
 echo "crlf-host|$($P raw api.test:80 '\r\n\r\nGET / HTTP/1.1\r\nHost: other.test\r\n\r\n')"
 echo "h2c|$($P raw api.test:80 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n')"
+echo "server-first|$($P serverfirst api.test:2222)"
 echo "ping-internet|$(` + plain + ` ping ` + labInternet + `)"
 echo "gw-tcp|$(` + plain + ` tcp ` + labGateway + `:22)"
 echo "gw-tcp-80|$(` + plain + ` tcp ` + labGateway + `:80)"
@@ -194,6 +202,7 @@ echo "gw-tcp-80|$(` + plain + ` tcp ` + labGateway + `:80)"
 		expect("pause-host-ok", func(s string) bool { return strings.HasPrefix(s, "echo:") }, "echoed (control)")
 		expect("crlf-host", reset, "a reset")
 		expect("h2c", reset, "a reset")
+		expect("server-first", is("banner:SSH-2.0-lab echo:SSH-2.0-domainprobe"), "the banner, then the client's line echoed (control: watched, not refused)")
 		expect("ping-internet", func(s string) bool { return s != "ok" }, "a refusal")
 		expect("gw-tcp", func(s string) bool { return s != "ok" && strings.HasPrefix(s, "err:") }, "a refusal")
 		expect("gw-tcp-80", func(s string) bool { return s != "ok" && strings.HasPrefix(s, "err:") }, "a refusal")

@@ -11,6 +11,8 @@
 //	pause ADDR:PORT DELAY HOST     send "G", wait DELAY, then the rest of
 //	                               an HTTP request for HOST
 //	raw ADDR:PORT TEXT             send TEXT (Go-quoted) at once
+//	serverfirst ADDR:PORT          read the server's banner line, answer
+//	                               as an SSH client, read the echo
 //
 // The TCP ones print "echo:N" (the lab's echo server sent N bytes back),
 // "err:ECONNRESET" (the stack reset the flow) or another err.
@@ -81,6 +83,28 @@ func run(cmd string, args []string) (string, error) {
 		}
 		req := "GET / HTTP/1.1\r\nHost: " + args[2] + "\r\nUser-Agent: domainprobe\r\n\r\n"
 		return talk(args[0], []byte(req[:1]), d, []byte(req[1:]))
+	case "serverfirst":
+		// Wait for the server's banner line, then answer as an SSH client
+		// and expect the answer echoed.
+		c, err := net.DialTimeout("tcp", args[0], 10*time.Second)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		r := bufio.NewReader(c)
+		banner, err := r.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		if _, err := c.Write([]byte("SSH-2.0-domainprobe\r\n")); err != nil {
+			return "", err
+		}
+		echo, err := r.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		return "banner:" + strings.TrimSpace(banner) + " echo:" + strings.TrimSpace(echo), nil
 	case "raw":
 		s, err := strconv.Unquote(`"` + args[1] + `"`)
 		if err != nil {
