@@ -2,13 +2,17 @@ package userstack
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
@@ -333,4 +337,75 @@ func TestNamesPool6SNICheck(t *testing.T) {
 	}
 	hostReads(t, d, len(good))
 	d.peer.Close()
+}
+
+// smallBufDialer is the zone's dialer with a host socket that takes little
+// at once (the relay's pend then needs its memory budget).
+type smallBufDialer struct{ *zoneDialer }
+
+func (s smallBufDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	c, err := s.zoneDialer.DialContext(ctx, network, address)
+	if err == nil && network == "tcp" && address != upstream.String() {
+		rc, rerr := c.(syscall.Conn).SyscallConn()
+		if rerr == nil {
+			_ = rc.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 1) })
+		}
+	}
+	return c, err
+}
+
+// A watched flow whose segment the relay takes only in part (its memory
+// budget spent): the sandbox sends the rest again, different. The check
+// must see the stream the host gets, not the first version of the
+// segment: here that version ends in a Host for the flow's name, while
+// the stream the host would get names another host.
+func TestNamesWatchPartialTake(t *testing.T) {
+	const budget = 10 << 10
+	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	z := newZoneDialer()
+	h.start(t, Config{
+		Policy:         netpolicy.MustNew(netpolicy.Config{}),
+		Dialer:         smallBufDialer{z},
+		Gateways:       []netip.Addr{gateway4},
+		VirtualDNS:     []netip.Addr{dns4},
+		Upstreams:      []netip.AddrPort{upstream},
+		UDPIdleTimeout: time.Minute,
+		Now:            h.clock.now,
+		MaxRelayMemory: budget,
+		Names:          &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"api.test": nil, "other.test": nil}}, PeekTimeout: 20 * time.Millisecond},
+	})
+	nh := &namesHarness{harness: h, zone: z}
+	z.addA("api.test", "203.0.113.10")
+	api := answerAddrs(t, nh.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	src := netip.AddrPortFrom(jail4, 49950)
+	dst := netip.AddrPortFrom(api, 80)
+	iss := nh.handshake(t, src, dst)
+	d := z.next(t) // silence: dialed at the timeout, watched
+	s1 := []byte("GET / HTTP/1.1\r\nX: " + strings.Repeat("a", budget-1500) + "\r\nHost: api.test\r\n")
+	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: s1}.bytes())
+	var took uint32
+	for took == 0 {
+		o := readOut(t, h.ep)
+		if o.proto == header.TCPProtocolNumber && o.tcp().DestinationPort() == src.Port() {
+			if o.tcp().Flags().Contains(header.TCPFlagRst) {
+				t.Fatal("reset on the first segment")
+			}
+			took = o.tcp().AckNumber() - 1001
+		}
+	}
+	if int(took) >= len(s1)-len("\r\nHost: api.test\r\n") {
+		t.Fatalf("the relay took %d of %d bytes: the test needs it to take less (budget %d)", took, len(s1), budget)
+	}
+	// The rest, different: after "X: aaa" the host would read a Host for
+	// other.test; after all of s1 the first version read api.test.
+	s2 := []byte("\r\nHost: other.test\r\n\r\n")
+	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001 + took, ack: iss + 1, payload: s2}.bytes())
+	nh.waitRST(t)
+	got, _ := io.ReadAll(d.peer)
+	if bytes.Contains(got, []byte("other.test")) {
+		t.Fatalf("the host got %q", got)
+	}
+	if bl := h.blocks.list(); len(bl) == 0 || bl[len(bl)-1].Rule != "http host mismatch: other.test" {
+		t.Fatalf("blocks %+v", bl)
+	}
 }

@@ -28,6 +28,10 @@ type flowWatch struct {
 	name string
 	buf  []byte // the sandbox's first bytes so far
 	cost int    // of buf, held of the relay's memory budget
+	// The segment being taken: its bytes are at the end of buf until the
+	// relay says how many it took (watchTook); ends: they decided.
+	pending int
+	ends    bool
 }
 
 // h2Preface opens an HTTP/2 connection with prior knowledge (RFC 9113
@@ -117,10 +121,28 @@ func (f *tcpFlow) watchData(data [][]byte, skip, take int) bool {
 		f.state = tcpClosed
 		return false
 	}
-	if res != sniffNeedMore {
+	w.pending, w.ends = add, res != sniffNeedMore
+	return true
+}
+
+// watchTook keeps, of the segment watchData checked, the bytes the relay
+// took: what it did not take (its memory budget spent) the sandbox sends
+// again, maybe not the same, and is checked then. Watching ends only when
+// the bytes that decided were all taken.
+func (f *tcpFlow) watchTook(took int) {
+	w := f.watch
+	if took < w.pending {
+		drop := w.pending - took
+		w.buf = w.buf[:len(w.buf)-drop]
+		w.cost -= drop
+		f.st.memGive(drop)
+		w.pending = 0
+		return
+	}
+	w.pending = 0
+	if w.ends {
 		f.endWatch()
 	}
-	return true
 }
 
 // endWatch lets the first bytes go.

@@ -779,6 +779,9 @@ func (f *tcpFlow) processData(seq uint32, data [][]byte, n int, fin bool) {
 			return
 		}
 		f.rcvNxt += uint32(took)
+		if f.watch != nil {
+			f.watchTook(took)
+		}
 		if took < take {
 			// The relay's memory budget is spent: the rest is not
 			// acknowledged (the sandbox sends it again), and the window
