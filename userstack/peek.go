@@ -32,7 +32,10 @@ import (
 // "neither". A short message followed by silence that may begin an HTTP
 // request line (any word: "x", "PING") is dialed as "neither" after
 // PeekTimeout too; the start of a ClientHello that stops short of its end
-// is waited for up to peekWaitMax in all, then refused.
+// is waited for up to peekWaitMax in all, then refused. A flow dialed at
+// the timeout is not left unchecked: what its client sends next is read
+// with its first bytes before it is relayed (peekwatch.go), so waiting
+// out the timeout and then naming another host gets a RST as well.
 //
 // What the sandbox sees differs from a plain relayed flow in one way: its
 // connect succeeds before the host is reached, so a refused or
@@ -62,7 +65,9 @@ func (p *peekState) timerFired(*loopTimer) {
 		return
 	}
 	if f.pendLen == 0 {
-		// The client waits for the server to speak first.
+		// The client waits for the server to speak first. What it sends
+		// once it has heard the server is still checked (peekwatch.go).
+		f.startWatch(p.name)
 		p.decide(sniffNotThis, "")
 		return
 	}
@@ -71,7 +76,9 @@ func (p *peekState) timerFired(*loopTimer) {
 		// method), and then silence: a short message of another
 		// protocol ("x", "PING") waiting for its answer. Relayed as
 		// neither: a client pausing in its request line gains nothing
-		// it could not have with bytes that are no HTTP at all.
+		// it could not have with bytes that are no HTTP at all: the
+		// rest of its first message is still checked (peekwatch.go).
+		f.startWatch(p.name)
 		p.decide(sniffNotThis, "")
 		return
 	}
@@ -152,40 +159,14 @@ func (f *tcpFlow) peekData() {
 		p.decide(sniffNotThis, "") // closed without a byte: nothing to check
 		return
 	}
-	b := f.pendBytes()
-	name, res := sniffTLS(b)
-	kind := "TLS"
-	if res == sniffNotThis {
-		name, res = sniffHTTP(b)
-		kind = "HTTP"
+	rule, res := checkFirst(f.pendBytes(), p.name, f.has(finFromSandbox))
+	switch {
+	case rule != "":
+		p.refuse(rule)
+	case res != sniffNeedMore:
+		p.decide(res, "")
 	}
-	switch res {
-	case sniffNeedMore:
-		switch {
-		case len(b) >= peekMax:
-			p.refuse(kind + " first message larger than the stack checks")
-		case f.has(finFromSandbox):
-			p.refuse("incomplete " + kind + " first message before the end of the stream")
-		}
-		return // more data, or the timer
-	case sniffMalformed:
-		p.refuse("malformed " + kind + " first message")
-		return
-	case sniffFound:
-		if name == "" {
-			p.refuse("no sni")
-			return
-		}
-		if canonName(name) != p.name {
-			what := "sni mismatch: "
-			if kind == "HTTP" {
-				what = "http host mismatch: "
-			}
-			p.refuse(what + canonName(name))
-			return
-		}
-	}
-	p.decide(res, name)
+	// NeedMore: more data, or the timer
 }
 
 // refuse resets the sandbox's side and records the block.

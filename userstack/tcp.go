@@ -349,7 +349,8 @@ type tcpFlow struct {
 	rtoTimer loopTimer // the dial's timeout while dialing
 	rtoFrom  time.Time // since when the oldest outstanding segment waits
 
-	peek *peekState // a flow to a name not dialed yet (peek.go)
+	peek  *peekState // a flow to a name not dialed yet (peek.go)
+	watch *flowWatch // a flow to a name dialed before its first message (peekwatch.go)
 }
 
 // flowFlags are what has happened to a flow beyond its state: the
@@ -1052,6 +1053,9 @@ func (f *tcpFlow) processData(seq seqnum.Value, data [][]byte, n int, fin bool) 
 	if room := f.rcvRoom(); take > room {
 		take, fin = room, false // beyond the window: dropped
 	}
+	if take > 0 && f.watch != nil && !f.watchData(data, skip, take) {
+		return
+	}
 	if take > 0 {
 		var took int
 		var ok bool
@@ -1064,6 +1068,9 @@ func (f *tcpFlow) processData(seq seqnum.Value, data [][]byte, n int, fin bool) 
 			return
 		}
 		f.rcvNxt.UpdateForward(seqnum.Size(took))
+		if f.watch != nil {
+			f.watchTook(took)
+		}
 		if took < take {
 			// The relay's memory budget is spent: the rest is not
 			// acknowledged (the sandbox sends it again), and the window
@@ -1635,6 +1642,7 @@ func (f *tcpFlow) unlock() {
 	}
 	f.st.memGive(f.pendLen)
 	f.sent, f.pend, f.pendLen = nil, nil, 0
+	f.endWatch()
 	f.mu.Unlock()
 	st := f.st
 	st.mu.Lock()

@@ -30,12 +30,32 @@ const MaxHTTPHeader = 16 << 10
 // differs from the Host header's, and a header block that does not end
 // within MaxHTTPHeader bytes.
 //
+// Empty lines (CR and LF bytes) before the request line are skipped, as
+// servers do (RFC 9112 section 2.2 says they should ignore at least one):
+// otherwise "\r\nGET / HTTP/1.1" would be NotThis here and still a request
+// to nginx.
+//
 // Only the first request of a connection is seen: later requests on a
 // kept-alive connection may name other hosts.
 func HTTPHost(b []byte) (host string, res Result) {
 	if len(b) > MaxHTTPHeader {
 		b = b[:MaxHTTPHeader]
 	}
+	lead := 0
+	for lead < len(b) && (b[lead] == '\r' || b[lead] == '\n') {
+		lead++
+	}
+	if lead == len(b) {
+		return httpMore(b)
+	}
+	host, res = httpHost(b[lead:])
+	if res == NeedMore && len(b) >= MaxHTTPHeader {
+		res = Malformed // the empty lines count toward the limit
+	}
+	return host, res
+}
+
+func httpHost(b []byte) (host string, res Result) {
 	method, target, i, res := requestLine(b)
 	if res != Found {
 		return "", res

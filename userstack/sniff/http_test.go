@@ -15,6 +15,9 @@ func TestHTTPHost(t *testing.T) {
 		res      Result
 	}{
 		{"simple", "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n", "example.com", Found},
+		{"leading empty lines", "\r\n\n\r\nGET / HTTP/1.1\r\nHost: evil.test\r\n\r\n", "evil.test", Found},
+		{"leading empty lines only", "\r\n\r\n", "", NeedMore},
+		{"leading empty lines, not http", "\r\nSSH-2.0-x\r\n", "", NotThis},
 		{"port stripped", "GET /x?y HTTP/1.1\r\nHost: Example.COM:8080\r\nAccept: */*\r\n\r\n", "Example.COM", Found},
 		{"host not first", "POST /api HTTP/1.1\r\nUser-Agent: t\r\nhOsT:   a.test  \r\nContent-Length: 3\r\n\r\nabc", "a.test", Found},
 		{"ipv6", "GET / HTTP/1.1\r\nHost: [2001:db8::1]:80\r\n\r\n", "2001:db8::1", Found},
@@ -65,7 +68,7 @@ func TestHTTPHost(t *testing.T) {
 		{"lower-case version", "GET / http/1.1\r\nHost: a.test\r\n\r\n", "", NotThis},
 		{"two spaces", "GET  / HTTP/1.1\r\n", "", NotThis},
 		{"leading space", " GET / HTTP/1.1\r\n", "", NotThis},
-		{"leading crlf", "\r\nGET / HTTP/1.1\r\n", "", NotThis},
+		{"leading crlf", "\r\nGET / HTTP/1.1\r\n", "", NeedMore}, // nginx skips the empty line
 		{"tab separator", "GET\t/ HTTP/1.1\r\n", "", NotThis},
 		{"http/2.0 version", "GET / HTTP/2.0\r\n", "", NotThis},
 		{"smtp-like", "EHLO mail.test\r\n", "", NotThis},
