@@ -251,9 +251,16 @@ func initSandbox(ch *channel, start startInit) (int, error) {
 	if !ok {
 		return 0, fail(ExitNotFound, "%s: command not found in the sandbox (PATH %s)", p.Argv[0], searchPath(p.Env))
 	}
-	proc, err := os.StartProcess(path, p.Argv, &os.ProcAttr{
+	// syscall.ForkExec, not os.StartProcess: the latter first checks,
+	// once per process, that pidfds work, by starting and reaping a child
+	// of its own, and init reaps by wait4 and has no use for a pidfd.
+	fds := make([]uintptr, len(stdio))
+	for i, f := range stdio {
+		fds[i] = f.Fd()
+	}
+	target, err := syscall.ForkExec(path, p.Argv, &syscall.ProcAttr{
 		Env:   p.Env,
-		Files: stdio,
+		Files: fds,
 		Sys: &syscall.SysProcAttr{
 			// Its own session; with a pty, that pty becomes its
 			// controlling terminal. Never the host's terminal.
@@ -262,14 +269,14 @@ func initSandbox(ch *channel, start startInit) (int, error) {
 			Ctty:    ctty,
 		},
 	})
+	runtime.KeepAlive(stdio)
 	if err != nil {
 		code := ExitCannotExec
 		if errors.Is(err, os.ErrNotExist) {
 			code = ExitNotFound
 		}
-		return 0, fail(code, "start %s: %v", p.Argv[0], errors.Unwrap(err))
+		return 0, fail(code, "start %s: %v", p.Argv[0], err)
 	}
-	target := proc.Pid
 	if start.TTY {
 		// Only the command may hold the pty's slave side: when it and
 		// its children are gone, the launcher's relay sees the end.
