@@ -34,10 +34,12 @@ func Init() {
 // to the main goroutine during initialisation, so init need not lock
 // its thread itself; locking it would start the runtime's template
 // thread, one more thread kept in every sandbox. Threads the runtime
-// starts later are cloned from init's thread in whatever state it has
-// reached then, which is only ever narrower than the one it started
-// with (capabilities dropped, no_new_privs, the seccomp filter, which
-// TSYNC puts on every thread anyway). The holder is left to Init: it
+// starts later are cloned directly from one of init's threads, in
+// whatever state that thread has reached, which is only ever narrower
+// than the one it started with (the bounding and ambient sets and
+// no_new_privs of the main thread; the capability sets and the seccomp
+// filter are set on every thread anyway). The command is still forked
+// from the main thread. The holder is left to Init: it
 // runs the jail's child driver, which its package registers from its own
 // init function, possibly not run yet. main must still call Init.
 func InitEarly() {
