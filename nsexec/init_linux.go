@@ -20,10 +20,53 @@ func Init() {
 	if len(os.Args) == 0 || os.Args[0] != stageMarker {
 		return
 	}
-	os.Exit(runStage())
+	if code, ran := runStage(); ran {
+		os.Exit(code)
+	}
 }
 
-func runStage() int {
+// InitEarly is Init for a package's init function (see package
+// stageinit, which a program imports for its side effect). A stage run
+// from there costs less, for the sandbox's whole life: it starts before
+// the packages it does not use are initialised (the netstack's among
+// them, whose tables and buffers would otherwise be allocated in every
+// init), and it runs on the main thread, which the runtime keeps locked
+// to the main goroutine during initialisation, so init need not lock
+// its thread itself; locking it would start the runtime's template
+// thread, one more thread kept in every sandbox. Threads the runtime
+// starts later are cloned directly from one of init's threads, in
+// whatever state that thread has reached, which is only ever narrower
+// than the one it started with (the bounding and ambient sets and
+// no_new_privs of the main thread; the capability sets and the seccomp
+// filter are set on every thread anyway). The command is still forked
+// from the main thread. The holder is left to Init: it
+// runs the jail's child driver, which its package registers from its own
+// init function, possibly not run yet. main must still call Init.
+func InitEarly() {
+	atPackageInit = true
+	Init()
+	atPackageInit = false
+}
+
+// atPackageInit: Init was called from package initialisation (InitEarly).
+var atPackageInit bool
+
+// heldStart is a start message InitEarly received and left to Init.
+type heldStart struct {
+	ch         *channel
+	m          envelope
+	cloexecErr error
+}
+
+var held *heldStart
+
+// runStage runs the stage and returns its exit status, or ran false when
+// it left a holder's start to Init (see InitEarly).
+func runStage() (code int, ran bool) {
+	if h := held; h != nil {
+		held = nil
+		return dispatchStage(h.ch, h.m, h.cloexecErr), true
+	}
 	// The channel is made non-blocking first, so that os.NewFile puts it
 	// in the runtime's poller: the goroutine that waits on it for the
 	// sandbox's whole life (the launcher's signals, policy updates) then
@@ -32,7 +75,7 @@ func runStage() int {
 	f := os.NewFile(stageFD, "stage-channel")
 	if f == nil {
 		fmt.Fprintln(os.Stderr, "claude-sandbox: started as a stage without its channel (fd 3); this binary's stages are internal")
-		return ExitSetup
+		return ExitSetup, true
 	}
 	// Nothing this process inherited beyond stdio may reach the command:
 	// not the stage's channels (with them the command could talk to the
@@ -46,13 +89,22 @@ func runStage() int {
 	// program that forgot Init would run its own main instead).
 	if err := ch.send(msgHello, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "claude-sandbox: stage channel:", err)
-		return ExitSetup
+		return ExitSetup, true
 	}
 	m, err := ch.recv()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "claude-sandbox: stage channel: no start message:", err)
-		return ExitSetup
+		return ExitSetup, true
 	}
+	if atPackageInit && m.Kind == msgStartHolder {
+		held = &heldStart{ch: ch, m: m, cloexecErr: cloexecErr}
+		return 0, false
+	}
+	return dispatchStage(ch, m, cloexecErr), true
+}
+
+// dispatchStage runs the stage m starts.
+func dispatchStage(ch *channel, m envelope, cloexecErr error) int {
 	if cloexecErr != nil {
 		// A descriptor that would reach the command: refuse the launch.
 		_ = ch.send(msgError, stageFailure{Text: cloexecErr.Error(), Code: ExitSetup})
@@ -64,7 +116,9 @@ func runStage() int {
 		if err := ch.decode(m, &start); err != nil {
 			return reportStage(ch)(0, err)
 		}
-		runtime.LockOSThread()
+		if !atPackageInit {
+			runtime.LockOSThread()
+		}
 		return runInit(ch, start)
 	case msgStartHolder:
 		var start startHolder
@@ -199,9 +253,16 @@ func initSandbox(ch *channel, start startInit) (int, error) {
 	if !ok {
 		return 0, fail(ExitNotFound, "%s: command not found in the sandbox (PATH %s)", p.Argv[0], searchPath(p.Env))
 	}
-	proc, err := os.StartProcess(path, p.Argv, &os.ProcAttr{
+	// syscall.ForkExec, not os.StartProcess: the latter first checks,
+	// once per process, that pidfds work, by starting and reaping a child
+	// of its own, and init reaps by wait4 and has no use for a pidfd.
+	fds := make([]uintptr, len(stdio))
+	for i, f := range stdio {
+		fds[i] = f.Fd()
+	}
+	target, err := syscall.ForkExec(path, p.Argv, &syscall.ProcAttr{
 		Env:   p.Env,
-		Files: stdio,
+		Files: fds,
 		Sys: &syscall.SysProcAttr{
 			// Its own session; with a pty, that pty becomes its
 			// controlling terminal. Never the host's terminal.
@@ -210,14 +271,14 @@ func initSandbox(ch *channel, start startInit) (int, error) {
 			Ctty:    ctty,
 		},
 	})
+	runtime.KeepAlive(stdio)
 	if err != nil {
 		code := ExitCannotExec
 		if errors.Is(err, os.ErrNotExist) {
 			code = ExitNotFound
 		}
-		return 0, fail(code, "start %s: %v", p.Argv[0], errors.Unwrap(err))
+		return 0, fail(code, "start %s: %v", p.Argv[0], err)
 	}
-	target := proc.Pid
 	if start.TTY {
 		// Only the command may hold the pty's slave side: when it and
 		// its children are gone, the launcher's relay sees the end.

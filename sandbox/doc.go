@@ -20,7 +20,12 @@
 // This is the pattern of Docker's reexec.Init and of Go's own os/exec
 // tests. A program that forgot it gets a [Start] error naming the fix
 // (the stage's first message never came), never a hang or a half-built
-// sandbox.
+// sandbox. A program that keeps many sandboxes running can also import
+// github.com/claude-sandbox/claude-sandbox/nsexec/stageinit for its side
+// effect: each sandbox's init then starts from package initialisation,
+// before the packages it does not use, and keeps one thread fewer (the
+// claude-sandbox binary does; see nsexec.InitEarly). sandbox.Init is
+// still needed.
 //
 // The binary must be built with CGO_ENABLED=0: the engine drops
 // privileges on every thread with syscall.AllThreadsSyscall, which cgo

@@ -24,6 +24,7 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
+	_ "github.com/claude-sandbox/claude-sandbox/nsexec/stageinit" // a stage runs from package init: fewer inits, one thread fewer
 	"github.com/claude-sandbox/claude-sandbox/plan"
 	"github.com/claude-sandbox/claude-sandbox/verify"
 )
