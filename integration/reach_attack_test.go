@@ -1,0 +1,77 @@
+package integration
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+)
+
+// A UDP client of a published port whose first datagram finds nothing
+// listening inside (the sandbox's kernel answers port unreachable, which
+// ends gVisor's socket toward the sandbox) is served once the server
+// starts: the launcher forgets the broken socket and opens a new one,
+// rather than keeping a closed one for that client for good.
+func TestReachPublishUDPAfterRefusal(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		bin := testutil.Build(t, "./cmd/claude-sandbox")
+		srv := testutil.Build(t, "./integration/pubserve")
+		// The server starts only when a line arrives on stdin.
+		cmd := l.jailCmd(uid, bin, "run", "--publish", "18054:8000/udp", "--", "sh", "-c", `echo up; read x; exec "$0" 8000`, srv)
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		outPipe, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		out := bufio.NewReader(outPipe)
+		if line, err := out.ReadString('\n'); line != "up\n" {
+			t.Fatalf("the sandbox did not start: %q %v; stderr %s", line, err, stderr.String())
+		}
+		u, err := dialIn(t, l.host, "udp", "127.0.0.1:18054")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Close()
+		// Nothing listens inside: no answer (the refusal stays inside).
+		_ = u.SetDeadline(time.Now().Add(time.Second))
+		if _, err := u.Write([]byte("early\n")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		var ne net.Error
+		if n, err := u.Read(buf); !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("a datagram to a port nobody listens on inside: %q %v", buf[:n], err)
+		}
+		if _, err := in.Write([]byte("go\n")); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := out.ReadString('\n'); line != "ready\n" {
+			t.Fatalf("the server inside did not start: %q %v; stderr %s", line, err, stderr.String())
+		}
+		// The same client, now answered (datagrams can be lost: a few tries).
+		var last error
+		for try := 0; try < 5; try++ {
+			if last = echoOver(u, "late"); last == nil {
+				break
+			}
+		}
+		if last != nil {
+			t.Errorf("the client refused once is never answered again: %v; stderr %s", last, stderr.String())
+
+		}
+		in.Close()
+	})
+}
