@@ -75,3 +75,40 @@ func TestReachPublishUDPAfterRefusal(t *testing.T) {
 		in.Close()
 	})
 }
+
+// The one allowed host loopback port is the only one reached, whatever
+// spelling of the gateway or of loopback the sandbox tries: the mapped
+// and NAT64 forms of the gateway and of 127.0.0.1, the other protocol,
+// port 0 (TCP and UDP servers on the host's loopback on the other ports
+// wait to be found).
+func TestReachHostPortAliases(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.addIPv6()
+		l.echoTCP(l.host, "127.0.0.1:8080")
+		l.echoTCP(l.host, "127.0.0.1:8081")
+		l.echoTCP(l.host, "[::1]:8081")
+		l.echoUDP(l.host, "127.0.0.1:8080")
+		l.echoUDP(l.host, "127.0.0.1:8081")
+		opts := []string{"--allow-host-port", "8080"}
+		if got, r := l.probeIn(uid, opts, "tcp", labGateway+":8080"); got != "ok" {
+			t.Fatalf("control: the allowed port: %s (%v)", got, r)
+		}
+		for _, c := range [][]string{
+			{"tcp", labGateway + ":8081"},
+			{"tcp", "[::ffff:" + labGateway + "]:8081"},
+			{"tcp", "[64:ff9b::" + labGateway + "]:8081"},
+			{"tcp", "[64:ff9b::7f00:1]:8080"},
+			{"tcp", "[64:ff9b::7f00:1]:8081"},
+			{"tcp", "[::ffff:127.0.0.1]:8080"},
+			{"tcp", "127.0.0.2:8080"},
+			{"tcp", labGateway + ":0"},
+			{"udp", labGateway + ":8080"},
+			{"udp", labGateway + ":8081"},
+			{"udp", "[64:ff9b::7f00:1]:8080"},
+		} {
+			if got, r := l.probeIn(uid, opts, c...); got == "ok" {
+				t.Errorf("%v reached the host's loopback: %v", c, r)
+			}
+		}
+	})
+}
