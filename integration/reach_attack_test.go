@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -111,4 +112,38 @@ func TestReachHostPortAliases(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Around a --dev-bind from inside: no new device node can be made (in
+// /dev, in /tmp, or over the bound one), the bound node cannot be
+// renamed, removed or hard-linked elsewhere, and a bind of it made inside
+// a nested mount namespace (root only) gives nothing more than the node
+// itself. Read-only does not stop writes to the device: that is the
+// device's own permission (documented in the threat model).
+func TestReachDevBindAround(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			dir := testutil.MkdirFor(t, 0)
+			script := `mknod /dev/sdx b 8 0 2>/dev/null && echo mknod-dev; mknod /tmp/sdx b 8 0 2>/dev/null && echo mknod-tmp; ` +
+				`mknod /tmp/mem c 1 1 2>/dev/null && head -c1 /tmp/mem >/dev/null 2>&1 && echo mem-open; ` +
+				`mv /dev/null2 /dev/null9 2>/dev/null && echo moved; rm -f /dev/null2 2>/dev/null; test -c /dev/null2 || echo removed; ` +
+				`ln /dev/null2 /tmp/hard 2>/dev/null && echo linked; ` +
+				`echo data > /dev/null2 && echo wrote; echo done`
+			r := testutil.Run(t, devCmd(t, uid, dir, bin, "run", "--net=none", "--dev-bind", dir+"/null2", "/dev/null2", "--", "sh", "-c", script))
+			if !strings.Contains(r.Stdout, "done") {
+				t.Fatalf("run: %v", r)
+			}
+			for _, bad := range []string{"mknod-dev", "mknod-tmp", "mem-open", "moved", "removed", "linked"} {
+				if strings.Contains(r.Stdout, bad+"\n") {
+					t.Errorf("%s got through: %q", bad, r.Stdout)
+				}
+			}
+			if !strings.Contains(r.Stdout, "wrote\n") {
+				t.Errorf("the bound node does not take writes (the documented behaviour changed): %q", r.Stdout)
+			}
+		})
+	}
 }
