@@ -12,68 +12,99 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 )
 
-// A UDP client of a published port whose first datagram finds nothing
-// listening inside (the sandbox's kernel answers port unreachable, which
-// ends gVisor's socket toward the sandbox) is served once the server
-// starts: the launcher forgets the broken socket and opens a new one,
-// rather than keeping a closed one for that client for good.
-func TestReachPublishUDPAfterRefusal(t *testing.T) {
-	jailUsers(t, func(t *testing.T, l *lab, uid int) {
-		bin := testutil.Build(t, "./cmd/claude-sandbox")
-		srv := testutil.Build(t, "./integration/pubserve")
-		// The server starts only when a line arrives on stdin.
-		cmd := l.jailCmd(uid, bin, "run", "--publish", "18054:8000/udp", "--", "sh", "-c", `echo up; read x; exec "$0" 8000`, srv)
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		outPipe, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		out := bufio.NewReader(outPipe)
-		if line, err := out.ReadString('\n'); line != "up\n" {
-			t.Fatalf("the sandbox did not start: %q %v; stderr %s", line, err, stderr.String())
-		}
-		u, err := dialIn(t, l.host, "udp", "127.0.0.1:18054")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer u.Close()
-		// Nothing listens inside: no answer (the refusal stays inside).
-		_ = u.SetDeadline(time.Now().Add(time.Second))
-		if _, err := u.Write([]byte("early\n")); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 64)
-		var ne net.Error
-		if n, err := u.Read(buf); !errors.As(err, &ne) || !ne.Timeout() {
-			t.Fatalf("a datagram to a port nobody listens on inside: %q %v", buf[:n], err)
-		}
+// delayedServer starts pubserve on port 8000 inside the jail only once
+// start is called, with opts (the --publish flags) on the launcher, and
+// waits for the sandbox to be up.
+func (l *lab) delayedServer(t *testing.T, uid int, opts ...string) (start func(), stderr *strings.Builder) {
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	srv := testutil.Build(t, "./integration/pubserve")
+	argv := append(append([]string{"run"}, opts...), "--", "sh", "-c", `echo up; read x; exec "$0" 8000`, srv)
+	cmd := l.jailCmd(uid, bin, argv...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr = &strings.Builder{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	out := bufio.NewReader(outPipe)
+	if line, err := out.ReadString('\n'); line != "up\n" {
+		t.Fatalf("the sandbox did not start: %q %v; stderr %s", line, err, stderr.String())
+	}
+	return func() {
 		if _, err := in.Write([]byte("go\n")); err != nil {
 			t.Fatal(err)
 		}
 		if line, err := out.ReadString('\n'); line != "ready\n" {
 			t.Fatalf("the server inside did not start: %q %v; stderr %s", line, err, stderr.String())
 		}
-		// The same client, now answered (datagrams can be lost: a few tries).
-		var last error
-		for try := 0; try < 5; try++ {
-			if last = echoOver(u, "late"); last == nil {
-				break
-			}
-		}
-		if last != nil {
-			t.Errorf("the client refused once is never answered again: %v; stderr %s", last, stderr.String())
+	}, stderr
+}
 
+// unanswered sends msg on u and expects no answer within wait.
+func unanswered(t *testing.T, u net.Conn, msg string, wait time.Duration) {
+	t.Helper()
+	_ = u.SetDeadline(time.Now().Add(wait))
+	if _, err := u.Write([]byte(msg + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	var ne net.Error
+	if n, err := u.Read(buf); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("a datagram to a port nobody listens on inside: %q %v", buf[:n], err)
+	}
+}
+
+// A UDP client of a published port whose datagram finds nothing
+// listening inside (the sandbox's kernel answers port unreachable, which
+// gVisor's socket toward the sandbox reports at its next write) is
+// answered at its first datagram once the server starts: the launcher
+// sends again the datagram the reported refusal stopped.
+func TestReachPublishUDPAfterRefusal(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		start, stderr := l.delayedServer(t, uid, "--publish", "18054:8000/udp")
+		u, err := dialIn(t, l.host, "udp", "127.0.0.1:18054")
+		if err != nil {
+			t.Fatal(err)
 		}
-		in.Close()
+		defer u.Close()
+		unanswered(t, u, "early", time.Second)
+		start()
+		if err := echoOver(u, "late"); err != nil {
+			t.Errorf("the first datagram after a refusal was lost: %v; stderr %s", err, stderr.String())
+		}
+	})
+}
+
+// A refusal from inside that the launcher's reader meets first (it comes
+// back to read after its idle deadline while the client is active) must
+// not leave the client with a closed socket for good: its next datagram
+// opens a new one and is answered.
+func TestReachPublishUDPReaderRefused(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		start, stderr := l.delayedServer(t, uid, "--publish", "18055:8000/udp", "--udp-idle-timeout", "2s")
+		u, err := dialIn(t, l.host, "udp", "127.0.0.1:18055")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Close()
+		// The first datagram is refused inside; the second write
+		// reports it (and is resent, refused again), so a refusal is
+		// pending when the reader's 2s deadline passes with the
+		// client active less than 2s ago.
+		unanswered(t, u, "early1", 500*time.Millisecond)
+		unanswered(t, u, "early2", 2500*time.Millisecond)
+		start()
+		if err := echoOver(u, "late"); err != nil {
+			t.Errorf("a client whose socket the reader closed is never answered again: %v; stderr %s", err, stderr.String())
+		}
 	})
 }
 
