@@ -142,6 +142,11 @@ func TestReachHostPortAliases(t *testing.T) {
 				t.Errorf("%v reached the host's loopback: %v", c, r)
 			}
 		}
+		// The generated /etc/hosts (host.internal) is not the sandbox's
+		// to change.
+		if got, r := l.probeIn(uid, opts, "rewrite", "/etc/hosts"); got == "ok" {
+			t.Errorf("/etc/hosts is writable inside: %v", r)
+		}
 	})
 }
 
