@@ -58,7 +58,7 @@ func unanswered(t *testing.T, u net.Conn, msg string, wait time.Duration) {
 	buf := make([]byte, 64)
 	var ne net.Error
 	if n, err := u.Read(buf); !errors.As(err, &ne) || !ne.Timeout() {
-		t.Fatalf("a datagram to a port nobody listens on inside: %q %v", buf[:n], err)
+		t.Fatalf("%q was answered, want no answer: %q %v", msg, buf[:n], err)
 	}
 }
 
@@ -182,4 +182,49 @@ func TestReachDevBindAround(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A flood of UDP clients on a published port holds at most 512 of them:
+// the 513th is dropped with a warning, and once the others are idle past
+// --udp-idle-timeout they are forgotten and a new client is served.
+func TestReachPublishUDPClientCap(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		start, stderr := l.delayedServer(t, uid, "--publish", "18056:8000/udp", "--udp-idle-timeout", "3s")
+		start()
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for i := 0; i < 512; i++ {
+			u, err := dialIn(t, l.host, "udp", "127.0.0.1:18056")
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, u)
+			if err := echoOver(u, fmt.Sprint("c", i)); err != nil {
+				t.Fatalf("client %d: %v", i, err)
+			}
+		}
+		u, err := dialIn(t, l.host, "udp", "127.0.0.1:18056")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, u)
+		unanswered(t, u, "one too many", time.Second)
+		if !strings.Contains(stderr.String(), "512 UDP clients are relayed already") {
+			t.Errorf("no warning for the client over the cap: %s", stderr.String())
+		}
+		// Idle clients are forgotten: the same client is served later.
+		var last error
+		for try := 0; try < 10; try++ {
+			if last = echoOver(u, "later"); last == nil {
+				break
+			}
+		}
+		if last != nil {
+			t.Errorf("a client after the others went idle: %v", last)
+		}
+	})
 }
