@@ -6,16 +6,35 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 )
 
+// lockedBuf is a launcher's stderr, read while it runs.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // delayedServer starts pubserve on port 8000 inside the jail only once
 // start is called, with opts (the --publish flags) on the launcher, and
 // waits for the sandbox to be up.
-func (l *lab) delayedServer(t *testing.T, uid int, opts ...string) (start func(), stderr *strings.Builder) {
+func (l *lab) delayedServer(t *testing.T, uid int, opts ...string) (start func(), stderr *lockedBuf) {
 	bin := testutil.Build(t, "./cmd/claude-sandbox")
 	srv := testutil.Build(t, "./integration/pubserve")
 	argv := append(append([]string{"run"}, opts...), "--", "sh", "-c", `echo up; read x; exec "$0" 8000`, srv)
@@ -28,7 +47,7 @@ func (l *lab) delayedServer(t *testing.T, uid int, opts ...string) (start func()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr = &strings.Builder{}
+	stderr = &lockedBuf{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -225,6 +244,55 @@ func TestReachPublishUDPClientCap(t *testing.T) {
 		}
 		if last != nil {
 			t.Errorf("a client after the others went idle: %v", last)
+		}
+	})
+}
+
+// A flood of TCP connections on a published port holds at most 1024 of
+// them at once: the next is reset with a warning, and one closing frees
+// a slot for a new one.
+func TestReachPublishTCPConnCap(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		start, _ := l.delayedServer(t, uid, "--publish", "18057:8000")
+		start()
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for i := 0; i < 1024; i++ {
+			c, err := dialIn(t, l.host, "tcp", "127.0.0.1:18057")
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+			if err := echoOver(c, fmt.Sprint("c", i)); err != nil {
+				t.Fatalf("connection %d: %v", i, err)
+			}
+		}
+		// The reset may come before the dial returns.
+		if c, err := dialIn(t, l.host, "tcp", "127.0.0.1:18057"); err == nil {
+			if err := echoOver(c, "one too many"); err == nil {
+				t.Errorf("the connection over the cap of 1024 was relayed")
+			}
+			c.Close()
+		}
+		conns[0].Close()
+		var last error
+		for try := 0; try < 20; try++ {
+			c, err := dialIn(t, l.host, "tcp", "127.0.0.1:18057")
+			if last = err; err == nil {
+				last = echoOver(c, "later")
+				c.Close()
+			}
+			if last == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if last != nil {
+			t.Errorf("a connection after one closed: %v", last)
 		}
 	})
 }
