@@ -296,3 +296,32 @@ func TestReachPublishTCPConnCap(t *testing.T) {
 		}
 	})
 }
+
+// Every packet to the gateway gets the same answer with a port published
+// (gVisor's path) as without (the relay's): the published port numbers
+// themselves on the gateway, other TCP and UDP ports, ping.
+func TestReachPublishGatewaySameVerdict(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.echoTCP(l.host, "127.0.0.1:8081")
+		l.echoTCP(l.host, "127.0.0.1:28080")
+		l.echoTCP(l.host, "127.0.0.1:8000")
+		l.echoUDP(l.host, "127.0.0.1:5354")
+		l.echoUDP(l.host, "127.0.0.1:28053")
+		l.echoUDP(l.host, "127.0.0.1:8000")
+		probes := [][]string{
+			{"tcp", labGateway + ":8081"}, {"tcp", labGateway + ":18080"}, {"tcp", labGateway + ":28080"}, {"tcp", labGateway + ":8000"},
+			{"udp", labGateway + ":5354"}, {"udp", labGateway + ":18053"}, {"udp", labGateway + ":28053"}, {"udp", labGateway + ":8000"},
+			{"ping", labGateway},
+		}
+		// Host ports 18080 and 18053 are published; on the host's
+		// loopback, servers wait on the same numbers + 10000 and on 8000.
+		pub := []string{"--publish", "18080:8000", "--publish", "18053:8000/udp"}
+		for _, p := range probes {
+			without, r0 := l.probeIn(uid, nil, p...)
+			with, r1 := l.probeIn(uid, pub, p...)
+			if with != without || with == "ok" && p[0] != "ping" {
+				t.Errorf("%v: %q with a published port, %q without (%v / %v)", p, with, without, r1, r0)
+			}
+		}
+	})
+}
