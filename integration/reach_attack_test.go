@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -324,4 +325,33 @@ func TestReachPublishGatewaySameVerdict(t *testing.T) {
 			}
 		}
 	})
+}
+
+// "Directories below /dev" is the path the kernel walks, not the path as
+// written: a symlink below /dev (world-writable /dev/shm holds anyone's)
+// to a directory elsewhere is refused at the mount, so that tree's nodes
+// do not open inside.
+func TestReachDevBindDirSymlink(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			dir := testutil.MkdirFor(t, 0)
+			// In a private mount namespace: a fresh /dev/shm (the
+			// machine's is untouched) with a link to a tree that holds
+			// a device node.
+			inner := fmt.Sprintf("mount -t tmpfs -o mode=0755 none %[1]s && mkdir %[1]s/tree && mknod -m 666 %[1]s/tree/null2 c 1 3 && mount -t tmpfs -o mode=1777,nodev none /dev/shm && ln -s %[1]s/tree /dev/shm/link && exec setpriv --reuid=%[2]d --regid=%[2]d --clear-groups -- \"$@\"", dir, uid)
+			cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", inner, "sh", bin, "run", "--net=none", "--dev-bind", "/dev/shm/link", "/dev/x", "--", "sh", "-c", "echo started; echo data > /dev/x/null2 && echo wrote")
+			cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/"}
+			cmd.Dir = "/"
+			r := testutil.Run(t, cmd)
+			if strings.Contains(r.Stdout, "wrote") || strings.Contains(r.Stdout, "started") {
+				t.Errorf("a directory reached through a symlink below /dev was bound with devices on: %v", r)
+			}
+			if !strings.Contains(r.Stderr, "symlink") {
+				t.Errorf("the refusal does not say why: %v", r)
+			}
+		})
+	}
 }
