@@ -204,16 +204,21 @@ func relayUDP(st *userstack.Stack, pc net.PacketConn, dst netip.AddrPort, idle t
 					_ = sc.SetReadDeadline(time.Now().Add(idle))
 					m, err := sc.Read(rb)
 					if err != nil {
+						// Any end forgets the client, so that its next
+						// datagram opens a new socket: a socket left
+						// in the map closed (a refusal from inside
+						// reported at this read) would swallow the
+						// client's datagrams for good.
 						var ne net.Error
-						if errors.As(err, &ne) && ne.Timeout() {
-							mu.Lock()
-							if time.Since(c.last) < idle {
-								mu.Unlock()
-								continue
-							}
-							delete(clients, key)
+						mu.Lock()
+						if errors.As(err, &ne) && ne.Timeout() && time.Since(c.last) < idle {
 							mu.Unlock()
+							continue
 						}
+						if clients[key] == c {
+							delete(clients, key)
+						}
+						mu.Unlock()
 						sc.Close()
 						return
 					}
@@ -230,7 +235,13 @@ func relayUDP(st *userstack.Stack, pc net.PacketConn, dst netip.AddrPort, idle t
 		c.last = time.Now()
 		mu.Unlock()
 		if _, err := c.conn.Write(buf[:n]); err != nil {
-			logf("datagram from %s to the sandbox's %s: %v", from, dst, err)
+			// A refusal from inside (nothing listened on the port
+			// when an earlier datagram came) is reported at the next
+			// write, as on a connected socket, and that datagram is
+			// not sent: once reported, the second write goes.
+			if _, err := c.conn.Write(buf[:n]); err != nil {
+				logf("datagram from %s to the sandbox's %s: %v", from, dst, err)
+			}
 		}
 	}
 }

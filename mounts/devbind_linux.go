@@ -38,6 +38,11 @@ func (b *builder) devBind(op Op) error {
 	// A node on a nodev mount (most tmpfs: /tmp, /dev/shm) cannot be
 	// opened through any bind of it: the kernel keeps nodev locked in a
 	// user namespace. Said now rather than as EACCES inside.
+	if dir {
+		if err := devDirNoSymlink(b.old, op.Src, &st); err != nil {
+			return &Error{Op: string(op.Kind), Src: op.Src, Dst: op.Dst, Err: err}
+		}
+	}
 	var sfs unix.Statfs_t
 	if err := unix.Fstatfs(src, &sfs); err == nil && sfs.Flags&unix.ST_NODEV != 0 {
 		return &Error{Op: string(op.Kind), Src: op.Src, Dst: op.Dst, Err: fmt.Errorf("the source is on a nodev mount, where no device node opens (the kernel keeps nodev in the sandbox's user namespace): bind the node from /dev, or from a mount without nodev")}
@@ -75,4 +80,28 @@ func (b *builder) ensureDev(dst string, dir bool) error {
 		return fmt.Errorf("make %s read-only again: %w", b.devDst, rerr)
 	}
 	return err
+}
+
+// devDirNoSymlink checks that a directory source reached st without a
+// symlink on the way. A directory is admitted for being below /dev, and
+// that is a property of the path the kernel walks: a link below /dev
+// (anyone can make one in /dev/shm) to a tree elsewhere would otherwise
+// open every device node of that tree inside.
+func devDirNoSymlink(root int, src string, st *unix.Stat_t) error {
+	fd, err := resolveInHow(root, src, unix.O_PATH|unix.O_DIRECTORY, unix.RESOLVE_NO_SYMLINKS)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return fmt.Errorf("a directory source is taken only by its real path below /dev, and this one goes through a symlink: give the path the link leads to (a directory outside /dev is --ro-bind's)")
+		}
+		return err
+	}
+	defer unix.Close(fd)
+	var got unix.Stat_t
+	if err := unix.Fstat(fd, &got); err != nil {
+		return err
+	}
+	if got.Dev != st.Dev || got.Ino != st.Ino {
+		return fmt.Errorf("the directory changed while it was being bound: launch again")
+	}
+	return nil
 }
