@@ -3,6 +3,7 @@ package jail
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"sync"
@@ -53,6 +54,10 @@ type Options struct {
 	// MaxRelayMemory bounds the TCP relay's buffers across all flows, in
 	// bytes; 0: userstack.DefaultMaxRelayMemory.
 	MaxRelayMemory int
+	// Logger, when set, receives the jail's and the relay's diagnostics
+	// at debug level (--debug): blocks as they are recorded, live policy
+	// changes, and what the relay reports about its flows.
+	Logger *slog.Logger
 }
 
 // Jail is the running userstack half of the jail; it implements the
@@ -122,7 +127,7 @@ func (j *Jail) Attach(devs []*os.File) error {
 	}
 	j.sink = sinkDev
 	ep := userstack.NewTUN(devs[0], uint32(routes.DefaultMTU), nsexec.VnetHdrLen, func(err error) {
-		j.fail(fmt.Errorf("TUN device: %v", err))
+		j.fail(fmt.Errorf("TUN device: %w", err))
 	})
 	pol := j.setup.Policy
 	if j.opts.Policy != nil {
@@ -142,6 +147,7 @@ func (j *Jail) Attach(devs []*os.File) error {
 		OnEvict:        j.recordEvict,
 		MaxRelayMemory: j.opts.MaxRelayMemory,
 		UDPIdleTimeout: j.opts.UDPIdleTimeout,
+		Logf:           logf(j.opts.Logger),
 	})
 	if err == nil {
 		// The egress device failed while the stack attached to it (it
@@ -161,6 +167,7 @@ func (j *Jail) Attach(devs []*os.File) error {
 	j.mu.Lock()
 	j.stack = st
 	j.mu.Unlock()
+	j.debug("attached", "gateway", j.setup.Gateway, "upstreams", j.setup.Upstreams)
 	sk := &sink{dev: sinkDev, pol: j.setup.Policy, record: j.record}
 	go sk.run()
 	return nil
@@ -173,6 +180,7 @@ func (j *Jail) record(b netpolicy.Block) {
 	j.mu.Lock()
 	j.tally.Add(b)
 	j.mu.Unlock()
+	j.debug("blocked", "proto", b.Proto, "dst", b.Dst, "rule", b.Rule)
 	if j.log != nil {
 		_ = j.log.Record(b)
 	}
@@ -215,8 +223,10 @@ func (j *Jail) Close() {
 		j.mu.Lock()
 		st := j.stack
 		j.mu.Unlock()
+		var dropped uint64
 		if st != nil {
 			st.Close()
+			dropped = st.BlocksDropped()
 		}
 		if j.sink != nil {
 			j.sink.Close()
@@ -237,8 +247,25 @@ func (j *Jail) Close() {
 			if evicts > 0 {
 				fmt.Fprintf(j.opts.Summary, "claude-sandbox: %d UDP flows evicted at the cap of %d flows (least recently used first)\n", evicts, j.maxUDPFlows())
 			}
+			if dropped > 0 {
+				fmt.Fprintf(j.opts.Summary, "claude-sandbox: %s\n", droppedNote(dropped))
+			}
+		}
+		if dropped > 0 {
+			j.debug("block records dropped", "count", dropped)
+			if j.opts.Summary == nil && j.opts.Warn != nil {
+				// The blocks went to a log file: the count of those
+				// missing from it still reaches the terminal.
+				j.opts.Warn(droppedNote(dropped))
+			}
 		}
 	})
+}
+
+// droppedNote says how many blocked flows went unrecorded: refused all
+// the same, but beyond the block records' queue or rate (a flood).
+func droppedNote(n uint64) string {
+	return fmt.Sprintf("%d more blocked flows were refused but not recorded (a flood beyond the block log's rate of %d records a second)", n, userstack.BlockRecordRate)
 }
 
 func (j *Jail) maxUDPFlows() int {

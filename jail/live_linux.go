@@ -177,6 +177,7 @@ func (j *Jail) refresh(reasons []string) {
 		return
 	}
 	changes := netpolicy.Diff(j.setup.Policy, pol)
+	j.debug("host network re-read", "reasons", reasons, "changes", len(changes))
 	if len(changes) == 0 {
 		return
 	}
@@ -207,6 +208,7 @@ func (j *Jail) refresh(reasons []string) {
 }
 
 func (j *Jail) logChange(c netpolicy.Change) {
+	j.debug("policy change", "event", c.Event, "prefix", c.Prefix, "rule", c.Rule, "reason", c.Reason)
 	if j.log != nil {
 		_ = j.log.RecordChange(c)
 	}

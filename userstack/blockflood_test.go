@@ -98,7 +98,7 @@ func TestBlockRecordsAreRateLimited(t *testing.T) {
 	h.clock.add(time.Second)
 	synFlood(t, h, n, 0)
 	h.st.flushBlocks()
-	if got := delivered.Load() - blockBurst; got != blockRate {
-		t.Fatalf("a second later: %d more delivered, want %d", got, blockRate)
+	if got := delivered.Load() - blockBurst; got != BlockRecordRate {
+		t.Fatalf("a second later: %d more delivered, want %d", got, BlockRecordRate)
 	}
 }

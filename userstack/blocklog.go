@@ -17,7 +17,7 @@ import (
 //
 //   - the queue holds blockQueueLen records; a record that finds it full
 //     is dropped;
-//   - a token bucket of blockBurst tokens, refilled at blockRate a second
+//   - a token bucket of blockBurst tokens, refilled at BlockRecordRate a second
 //     of Config.Now, admits records into it; a record without a token is
 //     dropped;
 //   - every dropped record is counted ([Stack.BlocksDropped]), so the
@@ -29,7 +29,9 @@ import (
 const (
 	blockQueueLen = 1024
 	blockBurst    = 1024
-	blockRate     = 1000 // records a second, sustained
+	// BlockRecordRate is the records a second delivered to OnBlock,
+	// sustained, after a burst of 1024.
+	BlockRecordRate = 1000
 )
 
 // blockItem is a queued record, or (flushed not nil) a barrier that
@@ -62,7 +64,7 @@ func (q *blockQueue) take(now time.Time) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.last.IsZero() && now.After(q.last) {
-		q.tokens = min(blockBurst, q.tokens+now.Sub(q.last).Seconds()*blockRate)
+		q.tokens = min(blockBurst, q.tokens+now.Sub(q.last).Seconds()*BlockRecordRate)
 	}
 	if q.last.IsZero() || now.After(q.last) {
 		q.last = now

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -131,7 +132,7 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 	} else if r.opts.Chdir == "" && verb == "run" {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: the current directory cannot be found (%v): starting in /\n", err)
 	}
-	x := runExtras{logBlocked: r.logBlocked, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle}
+	x := runExtras{logBlocked: r.logBlocked, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile}
 	if r.statusFD >= 0 {
 		f, err := openStatusFD(r.statusFD)
 		if err != nil {
@@ -150,6 +151,8 @@ type runExtras struct {
 	statusBlocked bool          // --json-status-blocked
 	udpFlows      int           // --udp-flows; 0: the jail's default
 	udpIdle       time.Duration // --udp-idle-timeout; 0: the jail's default
+	debug         bool          // --debug, or the shadow's debug key
+	debugFile     string        // --debug-file; "": stderr
 }
 
 // launch builds the plan from opts (with the egress jail's setup when the
@@ -205,11 +208,22 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		return 0
 	}
 	nopts := nsexec.Options{}
+	var logger *slog.Logger
+	if x.debug {
+		l, closeLog, err := debugLogger(x.debugFile, stderr)
+		if err != nil {
+			return fail(2, "claude-sandbox %s: --debug-file: %v", verb, err)
+		}
+		defer closeLog()
+		logger = l
+		logger.Debug("launch", "verb", verb, "net", opts.Net, "jail", setup != nil)
+		// TODO(integrator): nopts.Logger = logger (the engine's *slog.Logger, from the stage-protocol branch)
+	}
 	if setup != nil {
 		for _, w := range setup.Warnings {
 			fmt.Fprintln(stderr, "claude-sandbox: warning:", w)
 		}
-		jo := jail.Options{Summary: stderr, MaxUDPFlows: x.udpFlows, UDPIdleTimeout: x.udpIdle, Warn: func(m string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", m) }}
+		jo := jail.Options{Summary: stderr, MaxUDPFlows: x.udpFlows, UDPIdleTimeout: x.udpIdle, Logger: logger, Warn: func(m string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", m) }}
 		if sw != nil {
 			jo.OnBlock = sw.block
 		}
