@@ -303,7 +303,7 @@ func (l *launch) start() (int, error) {
 	if l.term != nil {
 		master, err := l.receive(fdTagPTY)
 		if err != nil {
-			return l.abort(fmt.Errorf("receive the sandbox's terminal: %v", err))
+			return l.abort(fmt.Errorf("receive the sandbox's terminal: %w", err))
 		}
 		l.term.master = master
 	}
@@ -482,14 +482,14 @@ func (l *launch) completeJail() (int, error) {
 	for range l.o.Jail.Devices() {
 		tun, err := l.receive(fdTagTUN)
 		if err != nil {
-			return l.holderFailed(fmt.Errorf("egress jail: no TUN device from the holder (%v)", err))
+			return l.holderFailed(fmt.Errorf("egress jail: no TUN device from the holder (%w)", err))
 		}
 		tuns = append(tuns, tun)
 	}
 	for locked := false; !locked; {
 		m, err := l.hch.recv()
 		if err != nil {
-			return l.holderFailed(fmt.Errorf("egress jail: the holder ended while locking routes (%v)", err))
+			return l.holderFailed(fmt.Errorf("egress jail: the holder ended while locking routes (%w)", err))
 		}
 		switch m.Kind {
 		case msgWarning:
@@ -504,7 +504,7 @@ func (l *launch) completeJail() (int, error) {
 		}
 	}
 	if err := l.o.Jail.Attach(tuns); err != nil {
-		return l.abort(fmt.Errorf("egress jail: the userstack cannot attach to the TUN device: %v; %s", err, tunFixes))
+		return l.abort(fmt.Errorf("egress jail: the userstack cannot attach to the TUN device: %w; %s", err, tunFixes))
 	}
 	l.attached = true
 	if lj, ok := l.o.Jail.(LiveJail); ok {
@@ -622,7 +622,7 @@ func (l *launch) supervise(sigs chan os.Signal) (int, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if stackErr != nil {
-		return ExitSetup, fmt.Errorf("egress jail: the userstack failed (%v); the sandbox was stopped", stackErr)
+		return ExitSetup, fmt.Errorf("egress jail: the userstack failed (%w); the sandbox was stopped", stackErr)
 	}
 	if cerr := l.cancelled(); cerr != nil {
 		return exitCode(l.cmd.ProcessState), cerr

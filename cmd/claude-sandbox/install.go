@@ -525,7 +525,7 @@ func installAppArmor(l layout, t *txn, st *installState, stdout, stderr io.Write
 		return nil
 	}
 	if out, err := exec.Command(parser, "-r", path).CombinedOutput(); err != nil {
-		return fmt.Errorf("load the AppArmor profile: %v: %s", err, out)
+		return fmt.Errorf("load the AppArmor profile: %w: %s", err, out)
 	}
 	return nil
 }
@@ -715,7 +715,7 @@ func loadState(l layout) (installState, error) {
 		err = json.Unmarshal(b, &st)
 	}
 	if err != nil {
-		return st, fmt.Errorf("%s: %v: it records what install changed; move it away to start afresh", l.state(), err)
+		return st, fmt.Errorf("%s: %w: it records what install changed; move it away to start afresh", l.state(), err)
 	}
 	return st, nil
 }
@@ -924,7 +924,7 @@ func checkPrerequisites(config string) error {
 			// Could not even start it (typically this copy of the binary
 			// is not executable by other users): nothing was proved, so
 			// the check fails rather than pass unseen.
-			return fmt.Errorf("cannot run the check, a sandbox around /bin/true as uid 65534: %v; run install from a copy of claude-sandbox that other users can execute (mode 0755, in a directory they can enter), or pass --skip-checks", err)
+			return fmt.Errorf("cannot run the check, a sandbox around /bin/true as uid 65534: %w; run install from a copy of claude-sandbox that other users can execute (mode 0755, in a directory they can enter), or pass --skip-checks", err)
 		}
 		return fmt.Errorf("a sandbox does not start for an unprivileged user: %s", strings.TrimSpace(string(out)))
 	}

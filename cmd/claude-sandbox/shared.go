@@ -137,7 +137,7 @@ func move(hd, sd *safeDir, name string) error {
 		return &fs.PathError{Op: "move", Path: from, Err: err}
 	}
 	if out, err := exec.Command("cp", "-a", "-T", "--", from, to).CombinedOutput(); err != nil {
-		return fmt.Errorf("copy %s to %s: %v: %s", from, to, err, out)
+		return fmt.Errorf("copy %s to %s: %w: %s", from, to, err, out)
 	}
 	return os.RemoveAll(from)
 }
