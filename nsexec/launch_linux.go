@@ -851,7 +851,3 @@ func (d *dropOnError) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
-// ExplainUserNS turns a failure to create a user namespace into an error
-// that names the likely cause and fix (for callers that probe for one).
-func ExplainUserNS(err error) error { return explainCloneError(err) }
