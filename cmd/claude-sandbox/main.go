@@ -237,11 +237,11 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 		nopts.Jail = jail.New(setup, jo)
 		// The launcher now carries the sandbox's traffic, on the
-		// userstack's event loop. One P keeps that loop on one thread:
-		// with a second, the scheduler moves the loop between threads
-		// (each move a wake-up), which measured no faster on the 2-core
-		// machines and about a tenth more CPU per connection (README,
-		// egress jail). GOMAXPROCS in the environment still decides.
+		// userstack's event loop, one goroutine. One P keeps that loop on
+		// one thread: with a second, the scheduler moves it between
+		// threads, each move a wake-up that costs CPU and buys no
+		// throughput (docs/performance.md, "One event loop").
+		// GOMAXPROCS in the environment still decides.
 		if os.Getenv("GOMAXPROCS") == "" {
 			runtime.GOMAXPROCS(1)
 		}
