@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	_ "github.com/claude-sandbox/claude-sandbox/internal/covrun" // a coverage build's GOCOVERDIR (tests only)
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/plan"
