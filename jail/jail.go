@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"sync"
@@ -61,6 +62,10 @@ type Options struct {
 	// MaxRelayMemory bounds the TCP relay's buffers across all flows, in
 	// bytes; 0: userstack.DefaultMaxRelayMemory.
 	MaxRelayMemory int
+	// Logger, when set, receives the jail's and the relay's diagnostics
+	// at debug level (--debug): blocks as they are recorded, live policy
+	// changes, and what the relay reports about its flows.
+	Logger *slog.Logger
 }
 
 // Jail is the running userstack half of the jail; it implements the
@@ -151,7 +156,7 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 	j.sink = sinkDev
 	devs := files[:fileSink+1]
 	ep := userstack.NewTUN(devs[0], uint32(routes.DefaultMTU), vnetHdrLen, func(err error) {
-		j.fail(fmt.Errorf("TUN device: %v", err))
+		j.fail(fmt.Errorf("TUN device: %w", err))
 	})
 	pol := j.setup.Policy
 	if j.opts.Policy != nil {
@@ -174,6 +179,7 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		MaxRelayMemory: j.opts.MaxRelayMemory,
 		UDPIdleTimeout: j.opts.UDPIdleTimeout,
 		Names:          j.setup.Names,
+		Logf:           logf(j.opts.Logger),
 	})
 	if err == nil {
 		// The egress device failed while the stack attached to it (it
@@ -195,6 +201,7 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 	j.stack = st
 	j.ns = conn
 	j.mu.Unlock()
+	j.debug("attached", "gateway", j.setup.Gateway, "upstreams", j.setup.Upstreams)
 	sk := &sink{dev: sinkDev, pol: j.setup.Policy, record: j.record}
 	go sk.run()
 	j.servePublished(st)
@@ -208,6 +215,7 @@ func (j *Jail) record(b netpolicy.Block) {
 	j.mu.Lock()
 	j.tally.Add(b)
 	j.mu.Unlock()
+	j.debug("blocked", "proto", b.Proto, "dst", b.Dst, "rule", b.Rule)
 	if j.log != nil {
 		_ = j.log.Record(b)
 	}
@@ -253,8 +261,10 @@ func (j *Jail) Close() {
 		j.mu.Lock()
 		st := j.stack
 		j.mu.Unlock()
+		var dropped uint64
 		if st != nil {
 			st.Close()
+			dropped = st.BlocksDropped()
 		}
 		j.pubWG.Wait()
 		if j.sink != nil {
@@ -286,8 +296,25 @@ func (j *Jail) Close() {
 			if evicts > 0 {
 				fmt.Fprintf(j.opts.Summary, "claude-sandbox: %d UDP flows evicted at the cap of %d flows (least recently used first)\n", evicts, j.maxUDPFlows())
 			}
+			if dropped > 0 {
+				fmt.Fprintf(j.opts.Summary, "claude-sandbox: %s\n", droppedNote(dropped))
+			}
+		}
+		if dropped > 0 {
+			j.debug("block records dropped", "count", dropped)
+			if j.opts.Summary == nil && j.opts.Warn != nil {
+				// The blocks went to a log file: the count of those
+				// missing from it still reaches the terminal.
+				j.opts.Warn(droppedNote(dropped))
+			}
 		}
 	})
+}
+
+// droppedNote says how many blocked flows went unrecorded: refused all
+// the same, but beyond the block records' queue or rate (a flood).
+func droppedNote(n uint64) string {
+	return fmt.Sprintf("%d more blocked flows were refused but not recorded (a flood beyond the block log's rate of %d records a second)", n, userstack.BlockRecordRate)
 }
 
 func (j *Jail) maxUDPFlows() int {

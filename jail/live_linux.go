@@ -174,6 +174,7 @@ func (j *Jail) refresh(reasons []string) {
 		return
 	}
 	changes := netpolicy.Diff(j.setup.Policy, pol)
+	j.debug("host network re-read", "reasons", reasons, "changes", len(changes))
 	if len(changes) == 0 {
 		return
 	}
@@ -223,6 +224,7 @@ func (j *Jail) apply(rp routes.Plan) error {
 }
 
 func (j *Jail) logChange(c netpolicy.Change) {
+	j.debug("policy change", "event", c.Event, "prefix", c.Prefix, "rule", c.Rule, "reason", c.Reason)
 	if j.log != nil {
 		_ = j.log.RecordChange(c)
 	}

@@ -35,11 +35,11 @@ func openTUN(dev tunLink) (int, error) {
 	if err != nil {
 		switch {
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENXIO), errors.Is(err, unix.ENODEV):
-			return -1, fmt.Errorf("egress jail: /dev/net/tun is missing (%v): load the module (modprobe tun), or in a container pass the device (docker run --device=/dev/net/tun); or %s", err, tunFixes)
+			return -1, fmt.Errorf("egress jail: /dev/net/tun is missing (%w): load the module (modprobe tun), or in a container pass the device (docker run --device=/dev/net/tun); or %s", err, tunFixes)
 		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
-			return -1, fmt.Errorf("egress jail: cannot open /dev/net/tun as uid %d (%v): most distributions ship it mode 0666 (chmod 0666 /dev/net/tun), or in a container pass it with --device=/dev/net/tun; or %s", os.Getuid(), err, tunFixes)
+			return -1, fmt.Errorf("egress jail: cannot open /dev/net/tun as uid %d (%w): most distributions ship it mode 0666 (chmod 0666 /dev/net/tun), or in a container pass it with --device=/dev/net/tun; or %s", os.Getuid(), err, tunFixes)
 		}
-		return -1, fmt.Errorf("egress jail: open /dev/net/tun: %v; %s", err, tunFixes)
+		return -1, fmt.Errorf("egress jail: open /dev/net/tun: %w; %s", err, tunFixes)
 	}
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
@@ -53,17 +53,17 @@ func openTUN(dev tunLink) (int, error) {
 	ifr.SetUint16(flags)
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(ifr))); e != 0 {
 		unix.Close(fd)
-		return -1, fmt.Errorf("egress jail: create TUN link %s: %v; %s", name, e, tunFixes)
+		return -1, fmt.Errorf("egress jail: create TUN link %s: %w; %s", name, e, tunFixes)
 	}
 	if dev.Offload {
 		hdr := vnetHdrLen
 		if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, hdr); err != nil {
 			unix.Close(fd)
-			return -1, fmt.Errorf("egress jail: TUN link %s: virtio-net header size: %v", name, err)
+			return -1, fmt.Errorf("egress jail: TUN link %s: virtio-net header size: %w", name, err)
 		}
 		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM|unix.TUN_F_TSO4|unix.TUN_F_TSO6); err != nil {
 			unix.Close(fd)
-			return -1, fmt.Errorf("egress jail: TUN link %s: offloads: %v", name, err)
+			return -1, fmt.Errorf("egress jail: TUN link %s: offloads: %w", name, err)
 		}
 	}
 	// Persistent, so that closing the last descriptor does not unregister
@@ -74,7 +74,7 @@ func openTUN(dev tunLink) (int, error) {
 	// namespace is deleted, never moved to the host's.
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETPERSIST, 1); e != 0 {
 		unix.Close(fd)
-		return -1, fmt.Errorf("egress jail: TUN link %s: %v", name, e)
+		return -1, fmt.Errorf("egress jail: TUN link %s: %w", name, e)
 	}
 	return fd, nil
 }

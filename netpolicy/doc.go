@@ -9,7 +9,7 @@
 // forms of every blocked IPv4 range), the caller's allow entries and the DNS
 // resolver punches; it answers "may this flow leave?" with a human-readable
 // reason ([Policy.Check]); it lists the prefixes the kernel layer must
-// blackhole, mark unreachable or punch ([Policy.RoutePlan]) and the merged
+// block (route to the sink) or punch ([Policy.RoutePlan]) and the merged
 // address ranges its filter refuses ([Policy.BlockedRanges]); and it records
 // and summarises blocked flows ([Block], [JSONLWriter], [Tally]). Besides
 // connected subnets it takes the destinations the host routes elsewhere

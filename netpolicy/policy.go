@@ -67,24 +67,19 @@ type RouteKind uint8
 
 // Route kinds, in the order the kernel layer installs them.
 const (
-	// RouteBlackhole drops silently (connect fails with EINVAL). The
-	// policy no longer emits it; kept for callers' own plans.
-	RouteBlackhole RouteKind = iota + 1
-	// RouteUnreachable fails at once with EHOSTUNREACH: every blocked
-	// range gets one.
-	RouteUnreachable
+	// RouteBlock is a blocked range: the kernel layer routes it to the
+	// jail's sink, whose reader records the attempt and refuses it.
+	RouteBlock RouteKind = iota + 1
 	// RoutePunch routes the prefix via the TUN device despite a wider
 	// block.
 	RoutePunch
 )
 
-// String returns "blackhole", "unreachable" or "punch".
+// String returns "block" or "punch".
 func (k RouteKind) String() string {
 	switch k {
-	case RouteBlackhole:
-		return "blackhole"
-	case RouteUnreachable:
-		return "unreachable"
+	case RouteBlock:
+		return "block"
 	case RoutePunch:
 		return "punch"
 	}
@@ -165,7 +160,6 @@ type action uint8
 
 const (
 	actBlock action = iota + 1
-	actUnreachable
 	actAllow
 )
 
@@ -188,7 +182,7 @@ var builtinV4 = []builtin{
 	{"172.16.0.0/12", "private range", actBlock},
 	{"192.168.0.0/16", "private range", actBlock},
 	{"100.64.0.0/10", "shared/CGNAT range", actBlock},
-	{"169.254.0.0/16", "link-local/metadata", actUnreachable},
+	{"169.254.0.0/16", "link-local/metadata", actBlock},
 	{"127.0.0.0/8", "loopback", actBlock},
 	{"0.0.0.0/8", "this-network", actBlock},
 	{"224.0.0.0/4", "multicast", actBlock},
@@ -400,7 +394,7 @@ const RuleInternet = "internet"
 func (p *Policy) DNSResolvers() []netip.Addr { return slices.Clone(p.load().dns) }
 
 // RoutePlan returns the kernel route plan inputs: every blocked prefix
-// (blackhole, or unreachable for link-local/metadata), then every punch
+// (RouteBlock), then every punch
 // (allow entries and DNS resolvers as host routes). Within a kind, IPv4
 // comes before IPv6 and prefixes are in address order, so the output is
 // stable. A prefix appears once: when an allow and a block share a prefix
@@ -422,14 +416,9 @@ func (p *Policy) RoutePlan() []RouteEntry {
 			continue
 		}
 		seen[r.prefix] = true
-		e := RouteEntry{Prefix: r.prefix, Reason: r.reason}
-		// Every block is an unreachable route, not a blackhole: a connect
-		// or send then fails at once with EHOSTUNREACH ("No route to
-		// host"), where a blackhole route gives a puzzling EINVAL.
+		e := RouteEntry{Prefix: r.prefix, Reason: r.reason, Kind: RouteBlock}
 		if r.act == actAllow {
 			e.Kind = RoutePunch
-		} else {
-			e.Kind = RouteUnreachable
 		}
 		out = append(out, e)
 	}
@@ -442,14 +431,7 @@ func (p *Policy) RoutePlan() []RouteEntry {
 		out = append(out, RouteEntry{Prefix: pfx, Kind: RoutePunch, Reason: "dns resolver " + a.String()})
 	}
 	slices.SortStableFunc(out, func(a, b RouteEntry) int {
-		ka, kb := a.Kind, b.Kind
-		if ka == RouteUnreachable {
-			ka = RouteBlackhole // blocks of both kinds together
-		}
-		if kb == RouteUnreachable {
-			kb = RouteBlackhole
-		}
-		if c := cmp.Compare(ka, kb); c != 0 {
+		if c := cmp.Compare(a.Kind, b.Kind); c != 0 {
 			return c
 		}
 		if c := compareBool(a.Prefix.Addr().Is6(), b.Prefix.Addr().Is6()); c != 0 {

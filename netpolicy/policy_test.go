@@ -221,14 +221,14 @@ func TestRoutePlan(t *testing.T) {
 	}
 	text := strings.Join(lines, "\n")
 	mustHave := []string{
-		"unreachable 10.0.0.0/8 # private range 10.0.0.0/8",
-		"unreachable 169.254.0.0/16 # link-local/metadata 169.254.0.0/16",
-		"unreachable 198.51.100.0/24 # connected subnet 198.51.100.0/24",
-		"unreachable 64:ff9b::a00:0/104 # nat64 private range 10.0.0.0/8",
-		"unreachable 64:ff9b::a9fe:0/112 # nat64 link-local/metadata 169.254.0.0/16",
+		"block 10.0.0.0/8 # private range 10.0.0.0/8",
+		"block 169.254.0.0/16 # link-local/metadata 169.254.0.0/16",
+		"block 198.51.100.0/24 # connected subnet 198.51.100.0/24",
+		"block 64:ff9b::a00:0/104 # nat64 private range 10.0.0.0/8",
+		"block 64:ff9b::a9fe:0/112 # nat64 link-local/metadata 169.254.0.0/16",
 		"punch 64:ff9b::c0a8:132/128 # nat64 allow-ip 192.168.1.50",
-		"unreachable 64:ff9b:1::/48 # nat64 local-use 64:ff9b:1::/48",
-		"unreachable fc00::/7 # unique-local fc00::/7",
+		"block 64:ff9b:1::/48 # nat64 local-use 64:ff9b:1::/48",
+		"block fc00::/7 # unique-local fc00::/7",
 		"punch 192.168.1.50/32 # allow-ip 192.168.1.50",
 		"punch 10.30.0.0/16 # allow-cidr 10.30.0.0/16",
 		"punch 172.23.0.2/32 # dns resolver 172.23.0.2",
@@ -284,8 +284,7 @@ func TestStrings(t *testing.T) {
 		{ProtoUDP.String(), "udp"},
 		{ProtoICMP.String(), "icmp"},
 		{Proto(9).String(), "proto(9)"},
-		{RouteBlackhole.String(), "blackhole"},
-		{RouteUnreachable.String(), "unreachable"},
+		{RouteBlock.String(), "block"},
 		{RoutePunch.String(), "punch"},
 		{RouteKind(9).String(), "routekind(9)"},
 	} {

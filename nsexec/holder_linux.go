@@ -109,10 +109,11 @@ func stageCommand(flags uintptr, uid, gid int, extra []*os.File, stdin, stdout, 
 	if err != nil {
 		return nil, fmt.Errorf("read the kernel's capability count: %w", err)
 	}
+	env, extra := coverStage(stageEnv, extra) // a coverage run's only (cover_linux.go)
 	return &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{stageMarker},
-		Env:        stageEnv,
+		Env:        env,
 		Stdin:      stdin,
 		Stdout:     stdout,
 		Stderr:     stderr,

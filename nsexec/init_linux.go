@@ -438,7 +438,7 @@ func markCloseOnExec(closeRange func() error, fdDir string) error {
 	}
 	ents, err := os.ReadDir(fdDir)
 	if err != nil {
-		return fmt.Errorf("cannot make inherited descriptors close-on-exec (close_range: %v; listing %s: %v): is /proc mounted?", crErr, fdDir, err)
+		return fmt.Errorf("cannot make inherited descriptors close-on-exec (close_range: %w; listing %s: %w): is /proc mounted?", crErr, fdDir, err)
 	}
 	for _, e := range ents {
 		var fd int

@@ -265,7 +265,7 @@ func (l *launch) start() (int, error) {
 	if l.term != nil {
 		master, err := l.receive(fdTagPTY)
 		if err != nil {
-			return l.abort(fmt.Errorf("receive the sandbox's terminal: %v", err))
+			return l.abort(fmt.Errorf("receive the sandbox's terminal: %w", err))
 		}
 		l.term.master = master
 	}
@@ -598,7 +598,7 @@ func (l *launch) completeJail() (int, error) {
 	for range ready.Files {
 		f, err := l.receive(fdTagNet)
 		if err != nil {
-			return l.abort(fmt.Errorf("egress jail: a descriptor from the holder is missing (%v)", err))
+			return l.abort(fmt.Errorf("egress jail: a descriptor from the holder is missing (%w)", err))
 		}
 		files = append(files, f)
 	}
@@ -678,7 +678,7 @@ func (l *launch) supervise(sigs chan os.Signal) (int, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if stackErr != nil {
-		return ExitSetup, fmt.Errorf("egress jail: the userstack failed (%v); the sandbox was stopped", stackErr)
+		return ExitSetup, fmt.Errorf("egress jail: the userstack failed (%w); the sandbox was stopped", stackErr)
 	}
 	if cerr := l.cancelled(); cerr != nil {
 		return code, cerr
@@ -904,7 +904,3 @@ func (d *dropOnError) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
-// ExplainUserNS turns a failure to create a user namespace into an error
-// that names the likely cause and fix (for callers that probe for one).
-func ExplainUserNS(err error) error { return explainCloneError(err) }

@@ -91,7 +91,7 @@ func setNSPidMax(v int) error {
 		return nil
 	}
 	if err2 := writeSysctl(hostProcFile, v); err2 != nil {
-		return fmt.Errorf("%v; through /proc: %v", err, err2)
+		return fmt.Errorf("%w; through /proc: %w", err, err2)
 	}
 	return nil
 }

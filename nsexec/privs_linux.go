@@ -17,8 +17,8 @@ import (
 // a Go process has several. The init stage locks its main goroutine to its
 // thread (Init) and forks the command from it, so the command inherits that
 // thread's state. The drop is made in two tiers, because every
-// syscall.AllThreadsSyscall interrupts every thread (about 80 us each here,
-// which made a 41-call bounding-set loop the largest part of launch time):
+// syscall.AllThreadsSyscall interrupts every thread (tens of microseconds
+// a call), so a call per capability would dominate the launch:
 //
 //   - on the locked thread only: no_new_privs, the bounding set, the ambient
 //     set (cheap plain syscalls; the bounding set matters only at exec, and

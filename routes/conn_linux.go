@@ -165,10 +165,6 @@ func (c *Conn) route(typ uint16, flags uint16, op Op) error {
 	var rtype uint8
 	var oif uint32
 	switch op.Kind {
-	case OpBlackhole:
-		rtype = unix.RTN_BLACKHOLE
-	case OpUnreachable:
-		rtype = unix.RTN_UNREACHABLE
 	case OpDefault, OpPunch, OpSink:
 		idx, ok := c.links[op.Link]
 		if !ok {

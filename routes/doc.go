@@ -5,9 +5,10 @@
 // and a [Config] to an ordered [Plan]: bring lo up; configure the TUN link
 // (MTU 65520, a long transmit queue, no IPv6 link-local address); give it
 // host addresses (/32, /128, no prefix route, so no connected route can
-// shadow a blackhole); bring it up; blackhole every blocked range
-// (unreachable for link-local/metadata); default routes via the TUN; and
-// last, the punches (allow entries and DNS resolvers) via the TUN. [Apply]
+// shadow a block); bring it and the sink link up; route every blocked
+// range to the sink, whose reader records and refuses what arrives;
+// default routes via the TUN; and last, the punches (allow entries and
+// DNS resolvers) via the TUN. [Apply]
 // runs a plan through an [Executor]: every operation except a punch is
 // fail-closed (the first failure stops and is returned as an error); a
 // failed punch is fail-soft (lost reachability, reported as a warning, never

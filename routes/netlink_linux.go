@@ -124,10 +124,6 @@ func netlinkRoute(op Op, linkIndex int) (*netlink.Route, error) {
 		r.Family = unix.AF_INET6
 	}
 	switch op.Kind {
-	case OpBlackhole:
-		r.Type = unix.RTN_BLACKHOLE
-	case OpUnreachable:
-		r.Type = unix.RTN_UNREACHABLE
 	case OpDefault, OpPunch, OpSink:
 		if linkIndex <= 0 {
 			return nil, fmt.Errorf("no link for %v", op.Prefix)

@@ -23,15 +23,15 @@ func TestNetlinkRoute(t *testing.T) {
 		link   int
 		err    bool
 	}{
-		{Op{Kind: OpBlackhole, Prefix: netip.MustParsePrefix("10.0.0.0/8")}, 0, unix.RTN_BLACKHOLE, unix.AF_INET, netlink.SCOPE_UNIVERSE, "10.0.0.0/8", 0, false},
-		{Op{Kind: OpBlackhole, Prefix: netip.MustParsePrefix("fc00::/7")}, 0, unix.RTN_BLACKHOLE, unix.AF_INET6, netlink.SCOPE_UNIVERSE, "fc00::/7", 0, false},
-		{Op{Kind: OpBlackhole, Prefix: netip.MustParsePrefix("64:ff9b::a00:0/104")}, 0, unix.RTN_BLACKHOLE, unix.AF_INET6, netlink.SCOPE_UNIVERSE, "64:ff9b::a00:0/104", 0, false},
-		{Op{Kind: OpUnreachable, Prefix: netip.MustParsePrefix("169.254.0.0/16")}, 0, unix.RTN_UNREACHABLE, unix.AF_INET, netlink.SCOPE_UNIVERSE, "169.254.0.0/16", 0, false},
+		{Op{Kind: OpSink, Link: "blk0", Prefix: netip.MustParsePrefix("10.0.0.0/8")}, 8, unix.RTN_UNICAST, unix.AF_INET, netlink.SCOPE_LINK, "10.0.0.0/8", 8, false},
+		{Op{Kind: OpSink, Link: "blk0", Prefix: netip.MustParsePrefix("fc00::/7")}, 8, unix.RTN_UNICAST, unix.AF_INET6, netlink.SCOPE_LINK, "fc00::/7", 8, false},
+		{Op{Kind: OpSink, Link: "blk0", Prefix: netip.MustParsePrefix("64:ff9b::a00:0/104")}, 8, unix.RTN_UNICAST, unix.AF_INET6, netlink.SCOPE_LINK, "64:ff9b::a00:0/104", 8, false},
+		{Op{Kind: OpSink, Link: "blk0", Prefix: netip.MustParsePrefix("169.254.0.0/16")}, 0, 0, 0, 0, "", 0, true},
 		{Op{Kind: OpDefault, Link: "tun0", Prefix: netip.MustParsePrefix("0.0.0.0/0")}, 7, unix.RTN_UNICAST, unix.AF_INET, netlink.SCOPE_LINK, "0.0.0.0/0", 7, false},
 		{Op{Kind: OpDefault, Link: "tun0", Prefix: netip.MustParsePrefix("::/0")}, 7, unix.RTN_UNICAST, unix.AF_INET6, netlink.SCOPE_LINK, "::/0", 7, false},
 		{Op{Kind: OpPunch, Link: "tun0", Prefix: netip.MustParsePrefix("10.1.2.3/32")}, 7, unix.RTN_UNICAST, unix.AF_INET, netlink.SCOPE_LINK, "10.1.2.3/32", 7, false},
 		{Op{Kind: OpPunch, Link: "tun0", Prefix: netip.MustParsePrefix("10.1.2.3/32")}, 0, 0, 0, 0, "", 0, true},
-		{Op{Kind: OpBlackhole}, 0, 0, 0, 0, "", 0, true},
+		{Op{Kind: OpSink, Link: "blk0"}, 8, 0, 0, 0, "", 0, true},
 		{Op{Kind: OpLinkUp, Prefix: netip.MustParsePrefix("10.0.0.0/8")}, 0, 0, 0, 0, "", 0, true},
 	}
 	for _, tt := range tests {

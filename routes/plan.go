@@ -30,18 +30,14 @@ const (
 	OpLinkConfig
 	// OpAddrAdd adds a host address to the TUN, without a prefix route.
 	OpAddrAdd
-	// OpBlackhole adds a blackhole route.
-	OpBlackhole
-	// OpUnreachable adds an unreachable route.
-	OpUnreachable
+	// OpSink routes a blocked range to the sink device: nothing read from
+	// it is ever forwarded; its reader only records the attempt and
+	// answers with a refusal. Fail-closed.
+	OpSink
 	// OpDefault adds a default route via the TUN.
 	OpDefault
 	// OpPunch adds a route via the TUN that is more specific than a block.
 	OpPunch
-	// OpSink routes a blocked range to the sink device: nothing read from
-	// it is ever forwarded; its reader only records the attempt and
-	// answers with a refusal. Fail-closed, like the other blocks.
-	OpSink
 )
 
 // String names the kind.
@@ -53,10 +49,6 @@ func (k OpKind) String() string {
 		return "link-config"
 	case OpAddrAdd:
 		return "addr-add"
-	case OpBlackhole:
-		return "blackhole"
-	case OpUnreachable:
-		return "unreachable"
 	case OpDefault:
 		return "default"
 	case OpPunch:
@@ -70,7 +62,7 @@ func (k OpKind) String() string {
 // Op is one setup operation.
 type Op struct {
 	Kind OpKind
-	// Link is the link name (all kinds except blackhole and unreachable).
+	// Link is the link name.
 	Link string
 	// Prefix is the address (OpAddrAdd) or route destination.
 	Prefix netip.Prefix
@@ -86,7 +78,7 @@ type Op struct {
 func (o Op) FailSoft() bool { return o.Kind == OpPunch }
 
 // String renders the op in the style of ip(8), e.g.
-// "route add blackhole 10.0.0.0/8" or "route add 10.1.2.3/32 dev tun0".
+// "route add 10.0.0.0/8 dev blk0" or "link set tun0 up".
 func (o Op) String() string {
 	switch o.Kind {
 	case OpLinkUp:
@@ -95,10 +87,6 @@ func (o Op) String() string {
 		return fmt.Sprintf("link set %s mtu %d txqueuelen %d addrgenmode none", o.Link, o.MTU, o.TxQueueLen)
 	case OpAddrAdd:
 		return fmt.Sprintf("addr add %s dev %s nodad noprefixroute", o.Prefix, o.Link)
-	case OpBlackhole:
-		return fmt.Sprintf("route add blackhole %s", o.Prefix)
-	case OpUnreachable:
-		return fmt.Sprintf("route add unreachable %s", o.Prefix)
 	case OpDefault, OpPunch, OpSink:
 		return fmt.Sprintf("route add %s dev %s", o.Prefix, o.Link)
 	}
@@ -117,7 +105,7 @@ type Plan struct {
 // String renders the plan one op per line, with the rule behind each route
 // as a comment and fail-soft ops marked, e.g.
 //
-//	route add blackhole 10.0.0.0/8  # private range 10.0.0.0/8
+//	route add 10.0.0.0/8 dev blk0  # private range 10.0.0.0/8
 //	route add 10.1.2.3/32 dev tun0  # allow-ip 10.1.2.3 [fail-soft]
 func (p Plan) String() string {
 	var sb strings.Builder
@@ -155,21 +143,17 @@ type Config struct {
 	// no IPv6 egress (no default route or punches), but IPv6 blocks are
 	// still installed.
 	Addr6 netip.Prefix
-	// DisableIPv6 leaves out every IPv6 operation. Use it only when IPv6
-	// is off in the namespace (net.ipv6.conf.all.disable_ipv6=1), where no
-	// IPv6 route can carry a packet.
-	DisableIPv6 bool
-	// Sink, when set, names a second TUN link that blocked ranges are
-	// routed to instead of unreachable routes. Its reader never forwards:
-	// it records each attempt and refuses it at once (a RST, an ICMP
-	// unreachable), so blocks the kernel layer stops are still recorded.
+	// Sink names the second TUN link every blocked range is routed to
+	// (required). Its reader never forwards: it records each attempt and
+	// refuses it at once (a RST, an ICMP unreachable), so the blocks the
+	// kernel layer stops are recorded too.
 	Sink string
 }
 
 // BuildPlan computes the setup of the jail's namespace from the policy. It
-// fails on a config that would be unsafe or unusable: no TUN name, an
-// address that is not a host address (its prefix route could shadow a
-// blackhole), or an address of the wrong family.
+// fails on a config that would be unsafe or unusable: no TUN or sink
+// name, an address that is not a host address (its prefix route could
+// shadow a block), or an address of the wrong family.
 func BuildPlan(pol *netpolicy.Policy, cfg Config) (Plan, error) {
 	if pol == nil {
 		return Plan{}, fmt.Errorf("no policy")
@@ -192,7 +176,10 @@ func BuildPlan(pol *netpolicy.Policy, cfg Config) (Plan, error) {
 	if !cfg.Addr4.IsValid() || !cfg.Addr4.Addr().Is4() || !cfg.Addr4.IsSingleIP() {
 		return Plan{}, fmt.Errorf("the TUN's IPv4 address must be a /32, got %v", cfg.Addr4)
 	}
-	v6 := !cfg.DisableIPv6 && cfg.Addr6.IsValid()
+	if cfg.Sink == "" || cfg.Sink == cfg.TUN || strings.ContainsAny(cfg.Sink, "/ \t\n") || len(cfg.Sink) > 15 {
+		return Plan{}, fmt.Errorf("invalid sink link name %q", cfg.Sink)
+	}
+	v6 := cfg.Addr6.IsValid()
 	if cfg.Addr6.IsValid() && (!cfg.Addr6.Addr().Is6() || cfg.Addr6.Addr().Is4In6() || !cfg.Addr6.IsSingleIP() || cfg.Addr6.Addr().Zone() != "") {
 		return Plan{}, fmt.Errorf("the TUN's IPv6 address must be a /128, got %v", cfg.Addr6)
 	}
@@ -204,25 +191,16 @@ func BuildPlan(pol *netpolicy.Policy, cfg Config) (Plan, error) {
 	if v6 {
 		ops = append(ops, Op{Kind: OpAddrAdd, Link: cfg.TUN, Prefix: cfg.Addr6})
 	}
-	ops = append(ops, Op{Kind: OpLinkUp, Link: cfg.TUN})
-	if cfg.Sink != "" {
-		if cfg.Sink == cfg.TUN || strings.ContainsAny(cfg.Sink, "/ \t\n") || len(cfg.Sink) > 15 {
-			return Plan{}, fmt.Errorf("invalid sink link name %q", cfg.Sink)
-		}
-		ops = append(ops, Op{Kind: OpLinkConfig, Link: cfg.Sink, MTU: cfg.MTU, TxQueueLen: cfg.TxQueueLen}, Op{Kind: OpLinkUp, Link: cfg.Sink})
-	}
+	ops = append(ops, Op{Kind: OpLinkUp, Link: cfg.TUN},
+		Op{Kind: OpLinkConfig, Link: cfg.Sink, MTU: cfg.MTU, TxQueueLen: cfg.TxQueueLen}, Op{Kind: OpLinkUp, Link: cfg.Sink})
 	entries := pol.RoutePlan()
+	// Blocks route to the sink whether or not the jail has IPv6 egress:
+	// without an IPv6 address there is no IPv6 default route, and the
+	// blocks still record and refuse what a socket bound to the sink or a
+	// later address could send.
 	for _, e := range entries {
-		if e.Prefix.Addr().Is6() && cfg.DisableIPv6 {
-			continue
-		}
-		switch {
-		case cfg.Sink != "" && (e.Kind == netpolicy.RouteBlackhole || e.Kind == netpolicy.RouteUnreachable):
+		if e.Kind == netpolicy.RouteBlock {
 			ops = append(ops, Op{Kind: OpSink, Link: cfg.Sink, Prefix: e.Prefix, Reason: e.Reason})
-		case e.Kind == netpolicy.RouteBlackhole:
-			ops = append(ops, Op{Kind: OpBlackhole, Prefix: e.Prefix, Reason: e.Reason})
-		case e.Kind == netpolicy.RouteUnreachable:
-			ops = append(ops, Op{Kind: OpUnreachable, Prefix: e.Prefix, Reason: e.Reason})
 		}
 	}
 	ops = append(ops, Op{Kind: OpDefault, Link: cfg.TUN, Prefix: netip.PrefixFrom(netip.IPv4Unspecified(), 0)})
@@ -235,5 +213,5 @@ func BuildPlan(pol *netpolicy.Policy, cfg Config) (Plan, error) {
 		}
 		ops = append(ops, Op{Kind: OpPunch, Link: cfg.TUN, Prefix: e.Prefix, Reason: e.Reason})
 	}
-	return Plan{Ops: ops, Filter: BuildFilter(pol, cfg.TUN, cfg.Sink, !cfg.DisableIPv6)}, nil
+	return Plan{Ops: ops, Filter: BuildFilter(pol, cfg.TUN, cfg.Sink, true)}, nil
 }

@@ -10,7 +10,7 @@ import (
 // never change while the jail runs.
 func isRoute(k OpKind) bool {
 	switch k {
-	case OpSink, OpUnreachable, OpBlackhole, OpPunch:
+	case OpSink, OpPunch:
 		return true
 	}
 	return false

@@ -58,6 +58,32 @@ if ldd bin/claude-sandbox >/dev/null 2>&1; then echo "bin/claude-sandbox is not 
 step "tests (race detector on)"
 go test -race -count=1 ./...
 
+step "coverage: mounts, nsexec and the installer, re-executed stages included (figures only)"
+# The packages' unit tests, and the integration tests that exercise them
+# (a subset, ~20 s) run against a claude-sandbox built with -cover: every
+# process of a launch, the stages in their namespaces included (see
+# internal/covrun and nsexec/cover_linux.go), writes its counters; the
+# two are merged per package. It prints figures and fails nothing: the
+# runs above are the tests.
+mod=github.com/claude-sandbox/claude-sandbox
+covpkgs=$mod/mounts,$mod/nsexec,$mod/cmd/claude-sandbox,$mod/internal/...
+covdir=$(mktemp -d /var/tmp/claude-sandbox-cover-XXXXXX)
+# Every uid a test runs the binary as writes there; no sticky bit, so a
+# later process may replace the meta-data file an earlier one wrote.
+chmod 0755 "$covdir"
+mkdir -m 0777 "$covdir/unit" "$covdir/run" && chmod 0777 "$covdir/unit" "$covdir/run"
+(
+  set +e
+  go test -count=1 -covermode=atomic -coverpkg="$covpkgs" ./mounts/ ./nsexec/ ./cmd/claude-sandbox/ \
+    -args -test.gocoverdir="$covdir/unit" >"$covdir/unit.log" 2>&1 || { echo "note: a coverage unit run failed:"; grep -E -- '^(--- FAIL|FAIL|panic)|_test.go:' "$covdir/unit.log" | head -20; }
+  CLAUDE_SANDBOX_COVERDIR="$covdir/run" go test -count=1 ./integration/ \
+    -run 'TestInstall|TestUninstall|TestNoPrivilegeInside|TestReadOnlyHost|TestHomeAndMasks|TestBind|TestNamespaces|TestNoInheritedDescriptors|TestPrivateDev|TestExitStatus|TestMountFlags|TestShadowSharedConfig|TestJailPrepareFailureExits125|TestUserNamespacesUnavailable|TestProcFallback|TestEnvironmentIsCleared' \
+    >"$covdir/run.log" 2>&1 || { echo "note: the coverage integration run failed:"; grep -E -- '^(--- FAIL|FAIL|panic)|_test.go:' "$covdir/run.log" | head -20; }
+  go tool covdata percent -i="$covdir/unit,$covdir/run" -pkg="$mod/mounts,$mod/nsexec,$mod/cmd/claude-sandbox,$mod/internal/install" |
+    sed "s|$mod/||; s/[[:space:]]\{1,\}coverage: / /"
+) || true
+rm -rf "$covdir"
+
 step "fuzz: packets from the sandbox into the relay (bounded)"
 # The seed corpora run with the tests above; this explores beyond them. A
 # crasher is written under the package's testdata/fuzz: commit it with the

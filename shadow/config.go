@@ -57,6 +57,10 @@ type Config struct {
 	GitLabHost string `json:"gitlabHost"`
 	// PidsLimit is plan.Options.PidsLimit: 0 the default, negative none.
 	PidsLimit int `json:"pidsLimit,omitempty"`
+	// Debug is run's --debug: the launcher's and the jail's diagnostics,
+	// to stderr or (DebugFile set) appended to DebugFile.
+	Debug     bool   `json:"debug,omitempty"`
+	DebugFile string `json:"debugFile,omitempty"`
 }
 
 // DefaultConfig is what an absent or empty file means.
@@ -246,8 +250,23 @@ func (c *Config) set(key, value string, hasValue bool) error {
 		default:
 			c.PidsLimit = n
 		}
+	case "debug":
+		b, err := parseBool(value, hasValue)
+		if err != nil {
+			return err
+		}
+		c.Debug = b
+	case "debug-file":
+		if err := needValue(); err != nil {
+			return err
+		}
+		p, err := absPath(value)
+		if err != nil {
+			return err
+		}
+		c.Debug, c.DebugFile = true, p
 	default:
-		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-domain, deny-domain, allow-host-port, publish, allow-device, allow-socket, pass-env, gitlab-host, pids-limit)")
+		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-domain, deny-domain, allow-host-port, publish, allow-device, allow-socket, pass-env, gitlab-host, pids-limit, debug, debug-file)")
 	}
 	return nil
 }
@@ -305,6 +324,9 @@ const (
 	EnvAllowWrite    = "CLAUDE_SANDBOX_ALLOW_WRITE"
 	EnvAllowIP       = "CLAUDE_SANDBOX_ALLOW_IP"
 	EnvAllowDomain   = "CLAUDE_SANDBOX_ALLOW_DOMAIN"
+	// EnvDebug is the debug key: 1 (or on) logs to stderr, 0 (or off)
+	// turns it off, an absolute path logs to that file.
+	EnvDebug = "CLAUDE_SANDBOX_DEBUG"
 )
 
 // ApplyEnv applies the environment overrides. Lists (allow-write, allow-ip)
@@ -339,6 +361,20 @@ func (c *Config) ApplyEnv(getenv func(string) (string, bool)) error {
 				return bad(EnvAllowWrite, err.Error())
 			}
 			c.AllowWrite = append(c.AllowWrite, p)
+		}
+	}
+	if v, ok := getenv(EnvDebug); ok && v != "" {
+		if path.IsAbs(v) {
+			c.Debug, c.DebugFile = true, path.Clean(v)
+		} else {
+			b, err := parseBool(v, true)
+			if err != nil {
+				return bad(EnvDebug, err.Error()+", or an absolute path to log to")
+			}
+			c.Debug = b
+			if !b {
+				c.DebugFile = ""
+			}
 		}
 	}
 	if v, ok := getenv(EnvAllowIP); ok {

@@ -63,6 +63,9 @@ func TestParseConfig(t *testing.T) {
 		{"bad env name", "pass-env = A-B\n", Config{}, `f:1: pass-env: "A-B" is not a variable name`},
 		{"bad gitlab host", "gitlab-host = https://x\n", Config{}, "f:1: gitlab-host:"},
 		{"no key", "= 1\n", Config{}, "f:1: a line must start with a key"},
+		{"bare debug", "debug\n", with(func(c *Config) { c.Debug = true }), ""},
+		{"debug-file", "debug-file = /var/log/cs.log\n", with(func(c *Config) { c.Debug, c.DebugFile = true, "/var/log/cs.log" }), ""},
+		{"relative debug-file", "debug-file = cs.log\n", Config{}, "f:1: debug-file:"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -103,6 +106,9 @@ func TestApplyEnv(t *testing.T) {
 		{"allow-ip list", map[string]string{EnvAllowIP: "10.1.2.3 192.168.7.0/24"}, func(c Config) bool { return len(c.AllowIP) == 2 }, ""},
 		{"workspace root", map[string]string{EnvWorkspaceRoot: "/w"}, func(c Config) bool { return c.WorkspaceRoot == "/w" }, ""},
 		{"no-forge", map[string]string{EnvNoForge: "1"}, func(c Config) bool { return c.NoForge }, ""},
+		{"debug on", map[string]string{EnvDebug: "1"}, func(c Config) bool { return c.Debug && c.DebugFile == "" }, ""},
+		{"debug to a file", map[string]string{EnvDebug: "/tmp/cs.log"}, func(c Config) bool { return c.Debug && c.DebugFile == "/tmp/cs.log" }, ""},
+		{"bad debug", map[string]string{EnvDebug: "loud"}, nil, "environment: CLAUDE_SANDBOX_DEBUG:"},
 		{"bad allow-ip", map[string]string{EnvAllowIP: "nope"}, nil, "environment: CLAUDE_SANDBOX_ALLOW_IP:"},
 		{"allow-domain list replaces", map[string]string{EnvAllowDomain: "@github, api.anthropic.com"}, func(c Config) bool {
 			return reflect.DeepEqual(c.AllowDomain, []string{"@github", "api.anthropic.com"})

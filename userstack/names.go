@@ -288,9 +288,10 @@ func (st *Stack) check(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verd
 
 // blockName records a refused flow or query for a name.
 func (st *Stack) blockName(proto netpolicy.Proto, dst netip.AddrPort, name, rule string) {
-	st.cfg.Logf("userstack: blocked %s %s %s (%s)", proto, name, dst, rule)
+	// As block: through the bounded, rate-limited queue (a flood of
+	// queries for names not allowed must not slow the loop), no Logf.
 	if st.cfg.OnBlock != nil {
-		st.cfg.OnBlock(netpolicy.Block{Time: st.cfg.Now(), Proto: proto, Dst: dst, Name: name, Rule: rule})
+		st.blocks.offer(netpolicy.Block{Time: st.cfg.Now(), Proto: proto, Dst: dst, Name: name, Rule: rule})
 	}
 }
 

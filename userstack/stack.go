@@ -99,10 +99,14 @@ type Config struct {
 	// sandbox (publish.go): every packet to a gateway then takes gVisor's
 	// path, where those connections' endpoints are.
 	Inbound bool
-	// OnBlock, if set, is called (synchronously, keep it short) for every
-	// refused flow.
+	// OnBlock, if set, is called for refused flows, in order, from a
+	// goroutine of its own: records leave the event loop through a
+	// bounded, rate-limited queue (blocklog.go), and those beyond it are
+	// only counted ([Stack.BlocksDropped]). It may take its time (write to
+	// a file), at the cost of records dropped meanwhile.
 	OnBlock func(netpolicy.Block)
-	// Logf, if set, receives diagnostics.
+	// Logf, if set, receives diagnostics (the jail routes them to its
+	// debug log). It is called on the event loop: it must not block.
 	Logf func(format string, args ...any)
 	// DialTimeout bounds each dial; default DefaultDialTimeout.
 	DialTimeout time.Duration
@@ -190,7 +194,8 @@ type Stack struct {
 	memSpare     []*tcpFlow   // under mu: memWaiters' other buffer
 	tcpLive      atomic.Int32 // len(tcp), for the flows' shares
 
-	names *names // the domain allowlist, nil when off (names.go)
+	names  *names      // the domain allowlist, nil when off (names.go)
+	blocks *blockQueue // records on their way to OnBlock (blocklog.go)
 }
 
 // New builds the stack on ep and starts forwarding. The caller keeps
@@ -257,6 +262,7 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		pings: make(chan struct{}, maxPings),
 
 		memBudget: int64(cfg.MaxRelayMemory),
+		blocks:    newBlockQueue(),
 	}
 	if cfg.Names != nil {
 		n, err := newNames(st, *cfg.Names)
@@ -331,6 +337,8 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		st.wg.Add(1)
 		go st.janitor()
 	}
+	st.wg.Add(1)
+	go st.deliverBlocks()
 	return st, nil
 }
 
@@ -383,9 +391,10 @@ func (st *Stack) upstream() (netip.AddrPort, bool) {
 }
 
 func (st *Stack) block(proto netpolicy.Proto, dst netip.AddrPort, rule string) {
-	st.cfg.Logf("userstack: blocked %s %s (%s)", proto, dst, rule)
+	// No Logf here: a flood of refused flows would be a flood of lines
+	// formatted on the loop. The record, rate-limited, carries it.
 	if st.cfg.OnBlock != nil {
-		st.cfg.OnBlock(netpolicy.Block{Time: st.cfg.Now(), Proto: proto, Dst: dst, Rule: rule})
+		st.blocks.offer(netpolicy.Block{Time: st.cfg.Now(), Proto: proto, Dst: dst, Rule: rule})
 	}
 }
 
@@ -475,6 +484,3 @@ func (st *Stack) emit(w *tunWrite, hdr []byte, v6 bool, l4At int, payload []byte
 // Config's Policy takes them over, see [netpolicy.Policy.Set]); flows
 // already open are kept. Safe to call from any goroutine.
 func (st *Stack) SetPolicy(next *netpolicy.Policy) { st.cfg.Policy.Set(next) }
-
-// Stats returns gVisor's counters, for diagnostics.
-func (st *Stack) Stats() tcpip.Stats { return st.s.Stats() }

@@ -106,10 +106,16 @@ func (d *fakeDialer) none(t *testing.T) {
 type blocks struct {
 	mu sync.Mutex
 	b  []netpolicy.Block
+	// flush, when set, is the stack's flushBlocks: list waits for the
+	// records already queued (OnBlock runs off the event loop).
+	flush func()
 }
 
 func (b *blocks) add(x netpolicy.Block) { b.mu.Lock(); b.b = append(b.b, x); b.mu.Unlock() }
 func (b *blocks) list() []netpolicy.Block {
+	if b.flush != nil {
+		b.flush()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]netpolicy.Block(nil), b.b...)
@@ -175,6 +181,7 @@ func (h *harness) start(t *testing.T, cfg Config) *harness {
 		t.Fatal(err)
 	}
 	h.st = st
+	h.blocks.flush = st.flushBlocks
 	t.Cleanup(func() {
 		st.Close()
 		h.ep.Close()

@@ -407,6 +407,7 @@ func TestTUNFastPathBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
+	bl.flush = st.flushBlocks
 	src, dst := netip.AddrPortFrom(jail4, 40300), netip.MustParseAddrPort("10.1.2.3:22")
 	_, syn := tcpSeg{src: src, dst: dst, flags: header.TCPFlagSyn, seq: 1000}.bytes()
 	peer.send(t, syn)

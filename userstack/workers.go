@@ -12,9 +12,9 @@ const workerIdle = 5 * time.Second
 
 // workers runs functions on reused goroutines: the dials of a configured
 // Dialer (which may block) and the proxied pings. A fresh goroutine starts
-// with a small stack and copies it as it grows (when every flow had its
-// goroutines that measured 7% of the CPU under connection churn); a
-// worker keeps the stack it grew for the next function.
+// with a small stack and copies it as it grows, a cost paid again for
+// every flow under connection churn; a worker keeps the stack it grew for
+// the next function.
 //
 // An idle worker is on the idle list, and a function is handed to one
 // only by taking it off the list (under mu) and putting the function in

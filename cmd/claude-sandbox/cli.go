@@ -30,6 +30,8 @@ type runArgs struct {
 	udpFlows      int           // --udp-flows; 0: the jail's default
 	udpIdle       time.Duration // --udp-idle-timeout; 0: the jail's default
 	clearenv      bool          // --clearenv: no base environment
+	debug         bool          // --debug (or --debug-file)
+	debugFile     string        // --debug-file FILE
 }
 
 // baseEnv puts the base environment a command gets unless --clearenv was
@@ -193,6 +195,17 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, err
 			}
 			r.logBlocked = v
+		case "--debug":
+			if err := noInline(); err != nil {
+				return nil, err
+			}
+			r.debug = true
+		case "--debug-file":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			r.debug, r.debugFile = true, v
 		case "--json-status-fd":
 			if forPlan {
 				return nil, usagef("--json-status-fd belongs to `claude-sandbox run`")

@@ -16,12 +16,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
 
+	_ "github.com/claude-sandbox/claude-sandbox/internal/covrun" // a coverage build's GOCOVERDIR (tests only)
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	_ "github.com/claude-sandbox/claude-sandbox/nsexec/stageinit" // a stage runs from package init: fewer inits, one thread fewer
@@ -132,7 +134,7 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 	} else if r.opts.Chdir == "" && verb == "run" {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: the current directory cannot be found (%v): starting in /\n", err)
 	}
-	x := runExtras{logBlocked: r.logBlocked, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle}
+	x := runExtras{logBlocked: r.logBlocked, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile}
 	if r.statusFD >= 0 {
 		f, err := openStatusFD(r.statusFD)
 		if err != nil {
@@ -151,6 +153,8 @@ type runExtras struct {
 	statusBlocked bool          // --json-status-blocked
 	udpFlows      int           // --udp-flows; 0: the jail's default
 	udpIdle       time.Duration // --udp-idle-timeout; 0: the jail's default
+	debug         bool          // --debug, or the shadow's debug key
+	debugFile     string        // --debug-file; "": stderr
 }
 
 // launch builds the plan from opts (with the egress jail's setup when the
@@ -221,11 +225,22 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		return 0
 	}
 	nopts := nsexec.Options{}
+	var logger *slog.Logger
+	if x.debug {
+		l, closeLog, err := debugLogger(x.debugFile, stderr)
+		if err != nil {
+			return fail(2, "claude-sandbox %s: --debug-file: %v", verb, err)
+		}
+		defer closeLog()
+		logger = l
+		logger.Debug("launch", "verb", verb, "net", opts.Net, "jail", setup != nil)
+		nopts.Logger = logger
+	}
 	if setup != nil {
 		for _, w := range setup.Warnings {
 			fmt.Fprintln(stderr, "claude-sandbox: warning:", w)
 		}
-		jo := jail.Options{Summary: stderr, MaxUDPFlows: x.udpFlows, UDPIdleTimeout: x.udpIdle, Warn: func(m string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", m) }}
+		jo := jail.Options{Summary: stderr, MaxUDPFlows: x.udpFlows, UDPIdleTimeout: x.udpIdle, Logger: logger, Warn: func(m string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", m) }}
 		jo.HostPorts = p.Egress.HostPorts
 		if len(p.Egress.Publish) > 0 {
 			// Before the sandbox starts: a port in use fails the launch.
@@ -251,9 +266,9 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	// One P from here on. With the jail, the launcher carries the
 	// sandbox's traffic on the userstack's event loop, and one P keeps
 	// that loop on one thread: with a second, the scheduler moves the
-	// loop between threads (each move a wake-up), which measured no
-	// faster on the 2-core machines and about a tenth more CPU per
-	// connection (README, egress jail). Without it, the launcher only
+	// loop between threads, each move a wake-up that costs CPU and buys
+	// no throughput (docs/performance.md, "One event loop"). Without it,
+	// the launcher only
 	// relays the terminal and signals, and every further P is one more
 	// idle thread for the sandbox's life. GOMAXPROCS in the environment
 	// still decides.

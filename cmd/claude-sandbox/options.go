@@ -130,6 +130,11 @@ the least recently used is evicted, and recorded`},
 	{name: "--udp-idle-timeout", args: []string{"DURATION"}, section: secNet, help: `an idle UDP flow keeps its host port this long
 (default 5m, as RFC 4787 recommends; under 2m
 breaks its floor)`},
+	{name: "--debug", section: secStatus, help: `log what the launcher and the egress jail do (blocks,
+policy changes, the relay's errors) at debug level,
+to stderr, each line behind "claude-sandbox: debug: "`},
+	{name: "--debug-file", args: []string{"FILE"}, section: secStatus, short: "like --debug, to FILE", help: `like --debug, appended to FILE instead (created
+0600; never through a symlink)`},
 	{name: "--json-status-fd", args: []string{"FD"}, section: secStatus, runOnly: true, help: `write JSON lines to descriptor FD (already open):
 {"event":"started"} once COMMAND runs (its pid, init's
 pid, the namespaces' inode numbers, the jail's

@@ -103,7 +103,7 @@ func run(cmd string, args []string) error {
 			c.SysProcAttr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
 		}
 		if err := c.Run(); err != nil {
-			return fmt.Errorf("nested: %v", err)
+			return fmt.Errorf("nested: %w", err)
 		}
 		if r := strings.TrimSpace(out.String()); r != "ok" {
 			return errors.New(strings.TrimPrefix(r, "err:"))

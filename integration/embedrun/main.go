@@ -123,7 +123,7 @@ func allowAll(pol *netpolicy.Policy) *netpolicy.Policy {
 func withoutBlocks(rp routes.Plan) routes.Plan {
 	var out routes.Plan // no Filter
 	for _, op := range rp.Ops {
-		if op.Kind != routes.OpBlackhole && op.Kind != routes.OpUnreachable && op.Kind != routes.OpSink {
+		if op.Kind != routes.OpSink {
 			out.Ops = append(out.Ops, op)
 		}
 	}

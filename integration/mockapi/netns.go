@@ -114,11 +114,11 @@ func NewNetns(prefix string) (*Netns, error) {
 	_, _ = rand.Read(b)
 	n := &Netns{Name: prefix + "-" + hex.EncodeToString(b)}
 	if out, err := exec.Command("ip", "netns", "add", n.Name).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("ip netns add %s: %v: %s", n.Name, err, strings.TrimSpace(string(out)))
+		return nil, fmt.Errorf("ip netns add %s: %w: %s", n.Name, err, strings.TrimSpace(string(out)))
 	}
 	if out, err := exec.Command("ip", "-n", n.Name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		n.Close()
-		return nil, fmt.Errorf("ip -n %s link set lo up: %v: %s", n.Name, err, strings.TrimSpace(string(out)))
+		return nil, fmt.Errorf("ip -n %s link set lo up: %w: %s", n.Name, err, strings.TrimSpace(string(out)))
 	}
 	return n, nil
 }
@@ -126,7 +126,7 @@ func NewNetns(prefix string) (*Netns, error) {
 // Close deletes the namespace.
 func (n *Netns) Close() error {
 	if out, err := exec.Command("ip", "netns", "del", n.Name).CombinedOutput(); err != nil {
-		return fmt.Errorf("ip netns del %s: %v: %s", n.Name, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("ip netns del %s: %w: %s", n.Name, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

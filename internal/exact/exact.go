@@ -45,7 +45,7 @@ func (s *String) UnmarshalJSON(b []byte) error {
 		}
 		raw, err := base64.StdEncoding.DecodeString(*o.Base64)
 		if err != nil {
-			return fmt.Errorf("base64 string: %v", err)
+			return fmt.Errorf("base64 string: %w", err)
 		}
 		*s = String(raw)
 		return nil

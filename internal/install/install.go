@@ -708,7 +708,7 @@ func (r *run) installAppArmor() error {
 		return nil
 	}
 	if out, err := exec.Command(parser, "-r", path).CombinedOutput(); err != nil {
-		return fmt.Errorf("load the AppArmor profile: %v: %s", err, out)
+		return fmt.Errorf("load the AppArmor profile: %w: %s", err, out)
 	}
 	return nil
 }
@@ -723,7 +723,7 @@ func loadState(l Layout) (installState, error) {
 		err = json.Unmarshal(b, &st)
 	}
 	if err != nil {
-		return st, fmt.Errorf("%s: %v: it records what install changed; move it away to start afresh", l.State(), err)
+		return st, fmt.Errorf("%s: %w: it records what install changed; move it away to start afresh", l.State(), err)
 	}
 	return st, nil
 }

@@ -118,8 +118,13 @@ func Build(t testing.TB, pkg string) string {
 	}
 	out := filepath.Join(binDir, filepath.Base(pkg))
 	// The same flags as the shipped binary: stripped, which also starts
-	// faster (less to map: about 2 ms of a 12 ms launch).
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	// faster (less to map).
+	args := []string{"build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg}
+	if dir := CoverDir(); dir != "" && pkg == "./cmd/claude-sandbox" {
+		args = []string{"build", "-trimpath", "-cover", "-covermode=atomic", "-coverpkg=" + CoverPkgs, "-tags=coverrun",
+			"-ldflags=-s -w -X=github.com/claude-sandbox/claude-sandbox/internal/covrun.Dir=" + dir, "-o", out, pkg}
+	}
+	cmd := exec.Command("go", args...)
 	cmd.Dir = RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOTOOLCHAIN=local")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -128,6 +133,16 @@ func Build(t testing.TB, pkg string) string {
 	binDone[pkg] = out
 	return out
 }
+
+// CoverDir is CLAUDE_SANDBOX_COVERDIR: when set (scripts/test.sh's
+// coverage run), Build compiles claude-sandbox with -cover for CoverPkgs,
+// its stages included (internal/covrun, nsexec's cover_linux.go), writing
+// into that directory, which must be writable by every uid the tests run
+// it as.
+func CoverDir() string { return os.Getenv("CLAUDE_SANDBOX_COVERDIR") }
+
+// CoverPkgs are the packages a coverage build measures.
+const CoverPkgs = "github.com/claude-sandbox/claude-sandbox/mounts,github.com/claude-sandbox/claude-sandbox/nsexec,github.com/claude-sandbox/claude-sandbox/cmd/claude-sandbox,github.com/claude-sandbox/claude-sandbox/internal/..."
 
 // Cleanup removes the built binaries; call it from TestMain after m.Run.
 func Cleanup() {
