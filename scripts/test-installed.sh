@@ -44,6 +44,13 @@ for d in usr etc root var/cache opt home; do
   mkdir -p "$CS_SCRATCH/$d/u" "$CS_SCRATCH/$d/w"
   mount -t overlay overlay -o "lowerdir=/$d,upperdir=$CS_SCRATCH/$d/u,workdir=$CS_SCRATCH/$d/w" "/$d"
 done
+# install wants /dev/net/tun usable by users (mode 0666, as most
+# distributions ship it); a node of our own bound over it, not a chmod of
+# the host'"'"'s.
+if [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
+  mknod -m 0666 "$CS_SCRATCH/tun" c 10 200
+  mount --bind "$CS_SCRATCH/tun" /dev/net/tun
+fi
 cd "$CS_REPO"
 export GOTOOLCHAIN=local
 step "the real Claude Code CLI (npm) at ~/.local/bin/claude"
