@@ -171,12 +171,8 @@ func TestGuardWithRealClaude(t *testing.T) {
 	var binds []string
 	for _, d := range []string{"/etc", "/usr/libexec", "/usr/local/bin"} {
 		c := filepath.Join(view, strings.ReplaceAll(d, "/", "_"))
-		must(t, os.MkdirAll(c, 0o755))
-		if _, err := os.Stat(d); err == nil {
-			if out, err := exec.Command("cp", "-a", d+"/.", c).CombinedOutput(); err != nil {
-				t.Fatalf("copy %s: %v %s", d, err, out)
-			}
-		}
+		// Without a host install's files: this test installs its own.
+		copyHostDir(t, d, c)
 		binds = append(binds, fmt.Sprintf("mkdir -p %s && mount --bind %s %s", d, c, d))
 	}
 	// The real binary as the Claude Code installer leaves it (a hard link:

@@ -117,11 +117,19 @@ func claudeArgs(prompt string) []string {
 	return []string{"-p", prompt, "--allowedTools", "Bash", "--dangerously-skip-permissions"}
 }
 
+// hideManagedSettings runs its arguments with an empty /etc/claude-code,
+// in the mount namespace `ip netns exec` made for them (a slave of the
+// host's: nothing reaches the host). A machine where claude-sandbox is
+// installed has the integrity guard in its managed settings, whose gate
+// would block the CLI these tests run directly; the tests must not depend
+// on the host's policy either way.
+const hideManagedSettings = `if [ -d /etc/claude-code ]; then mount -t tmpfs -o mode=0755 none /etc/claude-code || exit 125; fi; exec "$@"`
+
 // run runs the CLI with env as its whole environment, in the session's
 // namespace, and waits for it (bounded by ctx).
 func (s *mockSession) run(ctx context.Context, cli string, env []string, args ...string) testutil.Result {
 	s.t.Helper()
-	cmd := s.ns.Command(ctx, append([]string{cli}, args...)...)
+	cmd := s.ns.Command(ctx, append([]string{"/bin/sh", "-c", hideManagedSettings, "sh", cli}, args...)...)
 	cmd.Env = env
 	cmd.Dir = s.work
 	cmd.Stdin = strings.NewReader("")

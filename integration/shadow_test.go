@@ -29,15 +29,12 @@ func shadowHost(t testing.TB, conf string, real string) (prelude, claude string)
 		t.Fatal(err)
 	}
 	etc, libexec := filepath.Join(dir, "etc"), filepath.Join(dir, "libexec")
-	for _, c := range [][]string{{"cp", "-a", "/etc/.", etc}, {"mkdir", "-p", libexec + "/claude-sandbox"}} {
-		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", c, err, out)
-		}
-	}
-	if _, err := os.Stat("/usr/libexec"); err == nil {
-		if out, err := exec.Command("cp", "-a", "/usr/libexec/.", libexec).CombinedOutput(); err != nil {
-			t.Fatalf("copy /usr/libexec: %v\n%s", err, out)
-		}
+	// The host's trees without what an install of claude-sandbox put
+	// there: the fixture is the same on an installed machine.
+	copyHostDir(t, "/etc", etc)
+	copyHostDir(t, "/usr/libexec", libexec)
+	if err := os.MkdirAll(filepath.Join(libexec, "claude-sandbox"), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	// The copy's resolver is the lab's: a jailed launch in a lab must not
 	// take this machine's resolver for its own.
