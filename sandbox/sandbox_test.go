@@ -48,6 +48,34 @@ func inNamespace(kind string, ino uint64) []string {
 	return pids
 }
 
+// pinNamespaces opens each namespace of ns through a process in it, so
+// that its inode number cannot be given to a namespace created meanwhile
+// (another package's tests run sandboxes at the same time, and the kernel
+// reuses a freed namespace's number at once): while the files are open, a
+// process found by inNamespace is in this very namespace.
+func pinNamespaces(t *testing.T, ns map[string]uint64) []*os.File {
+	t.Helper()
+	var pins []*os.File
+	for k, ino := range ns {
+		for _, pid := range inNamespace(k, ino) {
+			f, err := os.Open("/proc/" + pid + "/ns/" + k)
+			if err != nil {
+				continue
+			}
+			var st syscall.Stat_t
+			if syscall.Fstat(int(f.Fd()), &st) == nil && st.Ino == ino {
+				pins = append(pins, f)
+				break
+			}
+			f.Close()
+		}
+	}
+	if len(pins) != len(ns) {
+		t.Fatalf("could hold only %d of the sandbox's %d namespaces open", len(pins), len(ns))
+	}
+	return pins
+}
+
 // openFDs lists this process's descriptors and what they point to.
 func openFDs(t *testing.T) map[string]string {
 	ents, err := os.ReadDir("/proc/self/fd")
@@ -139,6 +167,7 @@ func TestCancelLeavesNothing(t *testing.T) {
 				t.Errorf("jail without an address: %+v", sb.Addresses())
 			}
 
+			pins := pinNamespaces(t, ns)
 			cancel()
 			code, err := sb.Wait()
 			if !errors.Is(err, context.Canceled) || code != 128+9 {
@@ -157,6 +186,9 @@ func TestCancelLeavesNothing(t *testing.T) {
 				if left := inNamespace(k, ino); len(left) > 0 {
 					t.Errorf("processes still in the sandbox's %s namespace: %v", k, left)
 				}
+			}
+			for _, f := range pins {
+				f.Close()
 			}
 			if n := mountCount(t); n != mountsBefore {
 				t.Errorf("host mount table changed: %d mounts before, %d after", mountsBefore, n)
