@@ -112,7 +112,9 @@ func (z *zoneDialer) answer(q []byte) []byte {
 		target := strings.TrimSuffix(c[0].Body.(*dnsmessage.CNAMEResource).CNAME.String(), ".")
 		rrs = append(rrs, z.zone[target+" "+typ]...)
 	} else {
-		rrs = z.zone[name+" "+typ]
+		// A copy: Pack writes each record's header (its length), and
+		// lookups run concurrently.
+		rrs = append(rrs, z.zone[name+" "+typ]...)
 	}
 	known := false
 	for k := range z.zone {

@@ -7,36 +7,6 @@ import (
 	"path/filepath"
 )
 
-// sameFile reports whether a and b hold the same bytes.
-func sameFile(a, b string) (bool, error) {
-	fa, err := os.Open(a)
-	if err != nil {
-		return false, err
-	}
-	defer fa.Close()
-	fb, err := os.Open(b)
-	if err != nil {
-		return false, err
-	}
-	defer fb.Close()
-	sa, _ := fa.Stat()
-	sb, _ := fb.Stat()
-	if sa.Size() != sb.Size() {
-		return false, nil
-	}
-	ba, bb := make([]byte, 1<<20), make([]byte, 1<<20)
-	for {
-		na, ea := io.ReadFull(fa, ba)
-		nb, _ := io.ReadFull(fb, bb)
-		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
-			return false, nil
-		}
-		if ea != nil {
-			return true, nil
-		}
-	}
-}
-
 // copyFile streams src to dst atomically (temporary file, then rename).
 func copyFile(src, dst string, mode os.FileMode) error {
 	in, err := os.Open(src)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/install"
 	"github.com/claude-sandbox/claude-sandbox/shadow"
 )
 
@@ -96,7 +97,7 @@ func promote(target string, stdout io.Writer) error {
 		return fmt.Errorf("refusing to promote %s into itself (this binary lives there)", target)
 	}
 	say := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
-	if same, _ := sameFile(self, dest); !same {
+	if same, _ := install.SameFile(self, dest); !same {
 		if err := copyFile(self, dest, 0o755); err != nil {
 			return err
 		}

@@ -611,7 +611,7 @@ func (r *run) planReal(home string) (realPlan, error) {
 	if !fi.Mode().IsRegular() {
 		return rp, fmt.Errorf("the real binary %s is not a regular file", src)
 	}
-	if same, _ := sameFile(target, r.o.Self); same {
+	if same, _ := SameFile(target, r.o.Self); same {
 		return rp, fmt.Errorf("%s is claude-sandbox itself, not the real Claude Code", src)
 	}
 	rp.src, rp.target = src, target

@@ -250,7 +250,7 @@ func (j *Journal) put(path string, data []byte, src string, mode os.FileMode, no
 			return false, fmt.Errorf("%s exists and is not a regular file: move it away, then run again", path)
 		}
 		if src != "" {
-			if same, _ := sameFile(src, path); same {
+			if same, _ := SameFile(src, path); same {
 				return false, nil
 			}
 		} else if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
@@ -512,8 +512,8 @@ func (j *Journal) createBeneath(d *Dir, base, dirPath, name string, data []byte,
 	return nil
 }
 
-// sameFile reports whether a and b hold the same bytes.
-func sameFile(a, b string) (bool, error) {
+// SameFile reports whether a and b hold the same bytes.
+func SameFile(a, b string) (bool, error) {
 	fa, err := os.Open(a)
 	if err != nil {
 		return false, err
