@@ -43,10 +43,21 @@ func Init() {
 // runs the jail's child driver, which its package registers from its own
 // init function, possibly not run yet. main must still call Init.
 func InitEarly() {
+	if noEarlyInit {
+		return
+	}
 	atPackageInit = true
 	Init()
 	atPackageInit = false
 }
+
+// NoEarlyInit makes InitEarly do nothing, leaving every stage to Init
+// from main. For a coverage build (internal/covrun): a stage that ends
+// during package initialisation ends before the main package's init has
+// set up coverage's exit hook, so it would write no counters.
+func NoEarlyInit() { noEarlyInit = true }
+
+var noEarlyInit bool
 
 // atPackageInit: Init was called from package initialisation (InitEarly).
 var atPackageInit bool

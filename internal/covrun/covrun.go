@@ -2,7 +2,11 @@
 
 package covrun
 
-import "os"
+import (
+	"os"
+
+	"github.com/claude-sandbox/claude-sandbox/nsexec"
+)
 
 // Dir is the coverage directory, set with
 // -ldflags=-X=github.com/claude-sandbox/claude-sandbox/internal/covrun.Dir=DIR.
@@ -12,4 +16,7 @@ func init() {
 	if Dir != "" && os.Getenv("GOCOVERDIR") == "" {
 		os.Setenv("GOCOVERDIR", Dir)
 	}
+	// The stages then run from main (nsexec.Init), after coverage's exit hook is set
+	// (stageinit imports this package, so this runs before InitEarly).
+	nsexec.NoEarlyInit()
 }

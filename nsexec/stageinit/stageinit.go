@@ -12,6 +12,10 @@
 // paths where their imports allow, and this one comes right after nsexec.
 package stageinit
 
-import "github.com/claude-sandbox/claude-sandbox/nsexec"
+import (
+	// First: a coverage build turns the early start off (covrun).
+	_ "github.com/claude-sandbox/claude-sandbox/internal/covrun"
+	"github.com/claude-sandbox/claude-sandbox/nsexec"
+)
 
 func init() { nsexec.InitEarly() }
