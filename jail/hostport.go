@@ -3,6 +3,7 @@ package jail
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/claude-sandbox/claude-sandbox/mounts"
@@ -50,4 +51,23 @@ func HostsFile(hosts string, gw netip.Addr, ports []netpolicy.HostPort) mounts.O
 	}
 	fmt.Fprintf(&b, "\n%s\t%s\n", gw, HostInternal)
 	return mounts.Op{Kind: mounts.File, Dst: "/etc/hosts", Data: b.String(), Mode: 0o644}
+}
+
+// HostHostsFile is HostsFile over the host's own /etc/hosts (read as
+// resolv.conf is, at most 64 KiB; a host without one has no entries to
+// keep).
+func HostHostsFile(gw netip.Addr, ports []netpolicy.HostPort) (mounts.Op, error) {
+	f, err := os.Open("/etc/hosts")
+	var hosts string
+	switch {
+	case err == nil:
+		hosts, err = ReadResolvConf(f)
+		f.Close()
+		if err != nil {
+			return mounts.Op{}, fmt.Errorf("read /etc/hosts: %w", err)
+		}
+	case !os.IsNotExist(err):
+		return mounts.Op{}, fmt.Errorf("read /etc/hosts: %w", err)
+	}
+	return HostsFile(hosts, gw, ports), nil
 }

@@ -232,11 +232,11 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		}
 		opts.Late = append(opts.Late, setup.ResolvConf)
 		if len(spec.HostPorts) > 0 {
-			hosts, err := os.ReadFile("/etc/hosts")
-			if err != nil && !os.IsNotExist(err) {
+			op, err := jail.HostHostsFile(setup.Gateway, spec.HostPorts)
+			if err != nil {
 				return nil, fmt.Errorf("sandbox: HostPorts: %w", err)
 			}
-			opts.Late = append(opts.Late, jail.HostsFile(string(hosts), setup.Gateway, spec.HostPorts))
+			opts.Late = append(opts.Late, op)
 		}
 		s.addrs = Addresses{Addr4: setup.Addr4, Addr6: setup.Addr6, Gateway: setup.Gateway}
 		jopts = jail.Options{OnBlock: s.ev.block, OnChange: s.ev.change, HostPorts: spec.HostPorts}

@@ -186,7 +186,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 		opts.Late = append(opts.Late, setup.ResolvConf)
 		if len(opts.HostPorts) > 0 {
-			op, err := hostsFile(setup, opts.HostPorts)
+			op, err := jail.HostHostsFile(setup.Gateway, opts.HostPorts)
 			if err != nil {
 				return fail(nsexec.ExitSetup, "claude-sandbox %s: --allow-host-port: %v", verb, err)
 			}

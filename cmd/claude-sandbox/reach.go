@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 
 	"github.com/claude-sandbox/claude-sandbox/jail"
@@ -11,25 +10,6 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/plan"
 )
-
-// hostsFile is the sandbox's /etc/hosts when host loopback ports are
-// allowed: the host's entries and host.internal, the jail's gateway.
-func hostsFile(setup *jail.Setup, ports []netpolicy.HostPort) (mounts.Op, error) {
-	f, err := os.Open("/etc/hosts")
-	var hosts string
-	switch {
-	case err == nil:
-		hosts, err = jail.ReadResolvConf(f) // at most 64 KiB, as resolv.conf
-		f.Close()
-		if err != nil {
-			return mounts.Op{}, fmt.Errorf("read /etc/hosts: %v", err)
-		}
-	case os.IsNotExist(err):
-	default:
-		return mounts.Op{}, fmt.Errorf("read /etc/hosts: %v", err)
-	}
-	return jail.HostsFile(hosts, setup.Gateway, ports), nil
-}
 
 // openings is the exit summary's line of what the sandbox was let reach
 // on purpose: host loopback ports, published ports, devices ("" when
