@@ -390,11 +390,20 @@ func (st *Stack) upstream() (netip.AddrPort, bool) {
 	return st.cfg.Upstreams[0], true
 }
 
+// block records a flow refused by address (blockName without a name).
 func (st *Stack) block(proto netpolicy.Proto, dst netip.AddrPort, rule string) {
-	// No Logf here: a flood of refused flows would be a flood of lines
-	// formatted on the loop. The record, rate-limited, carries it.
+	st.blockName(proto, dst, "", rule)
+}
+
+// blockName records a refused flow or query; name is the host name when
+// the domain allowlist decided it (names.go), "" for a flow decided by
+// address. Every block record of the stack is made here.
+func (st *Stack) blockName(proto netpolicy.Proto, dst netip.AddrPort, name, rule string) {
+	// No Logf here: a flood of refused flows (or of queries for names
+	// not allowed) would be a flood of lines formatted on the loop. The
+	// record, through the bounded, rate-limited queue, carries it.
 	if st.cfg.OnBlock != nil {
-		st.blocks.offer(netpolicy.Block{Time: st.cfg.Now(), Proto: proto, Dst: dst, Rule: rule})
+		st.blocks.offer(netpolicy.Block{Time: st.cfg.Now(), Proto: proto, Dst: dst, Name: name, Rule: rule})
 	}
 }
 
