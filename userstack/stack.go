@@ -99,10 +99,11 @@ type Config struct {
 	// sandbox (publish.go): every packet to a gateway then takes gVisor's
 	// path, where those connections' endpoints are.
 	Inbound bool
-	// OnBlock, if set, is called for refused flows, in order, from a
-	// goroutine of its own: records leave the event loop through a
-	// bounded, rate-limited queue (blocklog.go), and those beyond it are
-	// only counted ([Stack.BlocksDropped]). It may take its time (write to
+	// OnBlock, if set, is called for refused flows (the stack's own, and
+	// those given to [Stack.RecordBlock]), in order, from a goroutine of
+	// its own: records leave the event loop through a bounded,
+	// rate-limited queue (blocklog.go), and those beyond it are only
+	// counted ([Stack.BlocksDropped]). It may take its time (write to
 	// a file), at the cost of records dropped meanwhile.
 	OnBlock func(netpolicy.Block)
 	// Logf, if set, receives diagnostics (the jail routes them to its
@@ -402,9 +403,7 @@ func (st *Stack) blockName(proto netpolicy.Proto, dst netip.AddrPort, name, rule
 	// No Logf here: a flood of refused flows (or of queries for names
 	// not allowed) would be a flood of lines formatted on the loop. The
 	// record, through the bounded, rate-limited queue, carries it.
-	if st.cfg.OnBlock != nil {
-		st.blocks.offer(netpolicy.Block{Time: st.cfg.Now(), Proto: proto, Dst: dst, Name: name, Rule: rule})
-	}
+	st.RecordBlock(netpolicy.Block{Proto: proto, Dst: dst, Name: name, Rule: rule})
 }
 
 func toAddr(a tcpip.Address) netip.Addr {
