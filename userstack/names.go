@@ -286,15 +286,6 @@ func (st *Stack) check(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verd
 	return v
 }
 
-// blockName records a refused flow or query for a name.
-func (st *Stack) blockName(proto netpolicy.Proto, dst netip.AddrPort, name, rule string) {
-	// As block: through the bounded, rate-limited queue (a flood of
-	// queries for names not allowed must not slow the loop), no Logf.
-	if st.cfg.OnBlock != nil {
-		st.blocks.offer(netpolicy.Block{Time: st.cfg.Now(), Proto: proto, Dst: dst, Name: name, Rule: rule})
-	}
-}
-
 // nameFlow is what the allowlist decided for a new flow: a flow to a name
 // (name set), or DNS to the stack's own resolver (dns).
 type nameFlow struct {
