@@ -3,12 +3,15 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
@@ -258,6 +261,132 @@ echo "gw-tcp-80|$(` + plain + ` tcp ` + labGateway + `:80)"
 			}
 			if !found {
 				t.Errorf("no block record for api.test (%s) in\n%s", rule, b)
+			}
+		}
+	})
+}
+
+// countedEcho echoes on addr in ns, TCP (a stream copied back) or UDP
+// (each datagram sent back), and counts the connections or datagrams.
+func (l *lab) countedEcho(ns, proto, addr string) *atomic.Int64 {
+	n := &atomic.Int64{}
+	if proto == "udp" {
+		l.serveUDP(ns, addr, func(q []byte) ([]byte, error) { n.Add(1); return q, nil })
+		return n
+	}
+	l.serveTCP(ns, addr, func(c net.Conn) { n.Add(1); _, _ = io.Copy(c, c) })
+	return n
+}
+
+// TestJailDomainHostLoopback: an allowed name whose upstream answer is the
+// host's loopback (127.0.0.1, ::1, ::ffff:127.0.0.1; 0.0.0.0 or ::, which
+// a host-side connect takes to loopback, even with --allow-ip naming
+// them), a lab device (10.x), or the jail's own gateway address, with
+// --allow-host-port opening 8080/tcp and 5353/udp of the host's loopback,
+// where servers listen on those ports and on others. Connecting to the
+// name, on the opened port or another, never reaches the host's loopback
+// (nor the device): only the gateway address leads to host ports. Each
+// refusal is recorded under the name.
+func TestJailDomainHostLoopback(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.addIPv6()
+		d := &namesLab{names: map[string]string{
+			"ok.test.": labInternet, "lo.test.": "127.0.0.1", "lo6.test.": "::1", "mapped.test.": "::ffff:127.0.0.1",
+			"zero.test.": "0.0.0.0", "zero6.test.": "::", "dev.test.": labDevice, "gw.test.": labGateway,
+		}}
+		l.serveNames(l.world, labDNS+":53", d)
+		l.echoTCP(l.world, labInternet+":8081")
+		hits := map[string]*atomic.Int64{}
+		for _, a := range []string{"127.0.0.1:8080", "127.0.0.1:8081", "[::1]:8080", "[::1]:8081"} {
+			hits["tcp "+a] = l.countedEcho(l.host, "tcp", a)
+		}
+		for _, a := range []string{"127.0.0.1:5353", "127.0.0.1:5354", "[::1]:5353", "[::1]:5354"} {
+			hits["udp "+a] = l.countedEcho(l.host, "udp", a)
+		}
+		for _, a := range []string{labDevice + ":8080", labDevice + ":8081"} {
+			hits["tcp "+a] = l.countedEcho(l.world, "tcp", a)
+		}
+
+		dir, err := os.MkdirTemp("/tmp", "claude-sandbox-domloop-")
+		must(t, err)
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		must(t, os.Chmod(dir, 0o777))
+		probe := testutil.Build(t, "./integration/probe")
+		bin := testutil.Build(t, "./cmd/claude-sandbox")
+		// Each probe is "PROTO TARGET"; the gateway's name is dialed on
+		// the host side as any address would be (into the lab's world,
+		// where nothing answers), never taken for the gateway.
+		attacks := []string{"tcp gw.test:8080", "udp lo.test:5353", "udp lo.test:5354", "udp lo6.test:5353"}
+		for _, n := range []string{"lo", "lo6", "mapped", "zero", "zero6", "dev"} {
+			attacks = append(attacks, "tcp "+n+".test:8080", "tcp "+n+".test:8081")
+		}
+		controls := []string{"tcp ok.test:8081", "tcp host.internal:8080", "udp host.internal:5353"}
+		script := "P=" + probe + "\n"
+		for _, a := range append(slices.Clone(attacks), controls...) {
+			script += fmt.Sprintf("echo \"%s|$($P %s)\"\n", a, a)
+		}
+		must(t, os.WriteFile(filepath.Join(dir, "loop.sh"), []byte(script), 0o755))
+		logf := filepath.Join(dir, "blocked.jsonl")
+		// 0.0.0.0 and :: allowed as addresses too (they do nothing from
+		// inside, where connecting to them reaches the sandbox's own
+		// loopback): a host-side connect to them reaches the host's.
+		args := []string{"run", "--allow-host-port", "8080", "--allow-host-port", "5353/udp", "--allow-ip", "0.0.0.0", "--allow-ip", "::", "--log-blocked", logf}
+		for _, n := range []string{"ok", "lo", "lo6", "mapped", "zero", "zero6", "dev", "gw"} {
+			args = append(args, "--allow-domain", n+".test")
+		}
+		args = append(args, "--ro-bind", dir, "/tmp/lab", "--", "sh", "/tmp/lab/loop.sh")
+		r := testutil.Run(t, l.jailCmd(uid, bin, args...))
+		t.Logf("inside:\n%s", r.Stdout)
+		got := map[string]string{}
+		for _, line := range strings.Split(r.Stdout, "\n") {
+			if k, v, ok := strings.Cut(line, "|"); ok {
+				got[k] = strings.TrimSpace(v)
+			}
+		}
+		for _, c := range controls {
+			if got[c] != "ok" {
+				t.Errorf("control %s: %q, want ok (%v)", c, got[c], r)
+			}
+		}
+		for _, a := range attacks {
+			if got[a] == "ok" || !strings.HasPrefix(got[a], "err:") {
+				t.Errorf("%s: %q, want a refusal", a, got[a])
+			}
+		}
+		// The servers: only the controls reached the host's loopback, on
+		// the opened ports (TCP: one connection; UDP: the probe may send
+		// again); nothing reached the device.
+		for k, n := range hits {
+			switch c := n.Load(); {
+			case k == "tcp 127.0.0.1:8080" && c != 1, k == "udp 127.0.0.1:5353" && c == 0:
+				t.Errorf("%s: %d connections or datagrams, want the control's alone", k, c)
+			case k != "tcp 127.0.0.1:8080" && k != "udp 127.0.0.1:5353" && c != 0:
+				t.Errorf("%s was reached: %d connections or datagrams", k, c)
+			}
+		}
+
+		b, err := os.ReadFile(logf)
+		must(t, err)
+		for _, w := range []struct{ proto, name, rule string }{
+			{"tcp", "lo.test", "127.0.0.1 ("},
+			{"udp", "lo.test", "127.0.0.1 ("},
+			{"tcp", "lo6.test", "::1 (loopback"},
+			{"udp", "lo6.test", "::1 (loopback"},
+			{"tcp", "mapped.test", "127.0.0.1 ("},
+			{"tcp", "zero.test", "0.0.0.0 ("},
+			{"tcp", "zero6.test", ":: ("},
+			{"tcp", "dev.test", labDevice + " (private range"},
+		} {
+			found := false
+			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				var rec netpolicy.Block
+				if json.Unmarshal([]byte(line), &rec) == nil && rec.Proto.String() == w.proto && rec.Name == w.name &&
+					strings.HasPrefix(rec.Rule, "resolves only to blocked addresses: "+w.rule) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("no block record %s %s (%s) in\n%s", w.proto, w.name, w.rule, b)
 			}
 		}
 	})

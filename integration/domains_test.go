@@ -32,7 +32,7 @@ import (
 type namesLab struct {
 	mu    sync.Mutex
 	asked []string
-	names map[string]string // lower-case name with the dot -> IPv4
+	names map[string]string // lower-case name with the dot -> IPv4 (an A record) or IPv6 (AAAA)
 }
 
 func (d *namesLab) log() []string {
@@ -64,10 +64,13 @@ func (d *namesLab) answer(q []byte) ([]byte, error) {
 	_ = b.StartQuestions()
 	_ = b.Question(qs[0])
 	_ = b.StartAnswers()
-	if known && qs[0].Type == dnsmessage.TypeA {
-		ip4 := net.ParseIP(a).To4()
-		_ = b.AResource(dnsmessage.ResourceHeader{Name: qs[0].Name, Class: dnsmessage.ClassINET, TTL: 60},
-			dnsmessage.AResource{A: [4]byte(ip4)})
+	rh := dnsmessage.ResourceHeader{Name: qs[0].Name, Class: dnsmessage.ClassINET, TTL: 60}
+	v6 := strings.Contains(a, ":")
+	if known && qs[0].Type == dnsmessage.TypeA && !v6 {
+		_ = b.AResource(rh, dnsmessage.AResource{A: [4]byte(net.ParseIP(a).To4())})
+	}
+	if known && qs[0].Type == dnsmessage.TypeAAAA && v6 {
+		_ = b.AAAAResource(rh, dnsmessage.AAAAResource{AAAA: [16]byte(net.ParseIP(a).To16())})
 	}
 	return b.Finish()
 }

@@ -355,3 +355,48 @@ func TestReachDevBindDirSymlink(t *testing.T) {
 		})
 	}
 }
+
+// TestReachDevBindDirSymlinkPlan: `plan` refuses a directory --dev-bind
+// source reached through a symlink below /dev, as `run` does, with the same
+// message and exit status (one check, plan.Build's mounts.CheckDevDir,
+// serves both; the mount checks again). The set-up is
+// TestReachDevBindDirSymlink's: a private /dev/shm with a link to a tree
+// holding a device node, and a tmpfs at /dev/shm/real that plan admits.
+func TestReachDevBindDirSymlinkPlan(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			launch := func(verb string, args ...string) testutil.Result {
+				dir := testutil.MkdirFor(t, 0)
+				inner := fmt.Sprintf("mount -t tmpfs -o mode=0755 none %[1]s && mkdir %[1]s/tree && mknod -m 666 %[1]s/tree/null2 c 1 3 && mount -t tmpfs -o mode=1777,nodev none /dev/shm && ln -s %[1]s/tree /dev/shm/link && mkdir /dev/shm/real && mount -t tmpfs -o mode=0755 none /dev/shm/real && exec setpriv --reuid=%[2]d --regid=%[2]d --clear-groups -- \"$@\"", dir, uid)
+				argv := append([]string{"unshare", "-m", "--propagation", "private", "sh", "-c", inner, "sh", bin, verb}, args...)
+				cmd := exec.Command(argv[0], argv[1:]...)
+				cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/"}
+				cmd.Dir = "/"
+				return testutil.Run(t, cmd)
+			}
+			// A directory below /dev by its real path is planned.
+			if ok := launch("plan", "--json", "--net=none", "--dev-bind", "/dev/shm/real", "/dev/x", "--", "true"); ok.Code != 0 || !strings.Contains(ok.Stdout, "/dev/shm/real") {
+				t.Errorf("plan refused a directory below /dev given by its real path: %v", ok)
+			}
+			for _, flag := range []string{"--dev-bind", "--dev-bind-try"} {
+				p := launch("plan", "--json", "--net=none", flag, "/dev/shm/link", "/dev/x", "--", "true")
+				if p.Code == 0 || strings.Contains(p.Stdout, "dev-bind") {
+					t.Errorf("plan %s accepted a directory reached through a symlink below /dev: %v", flag, p)
+				}
+				if !strings.Contains(p.Stderr, "claude-sandbox plan: "+flag+": source /dev/shm/link: ") || !strings.Contains(p.Stderr, "symlink") {
+					t.Errorf("plan %s: the refusal does not say why: %v", flag, p)
+				}
+				r := launch("run", "--net=none", flag, "/dev/shm/link", "/dev/x", "--", "sh", "-c", "echo started")
+				if strings.Contains(r.Stdout, "started") {
+					t.Errorf("run %s started with a directory reached through a symlink below /dev: %v", flag, r)
+				}
+				if r.Code != p.Code || strings.Replace(r.Stderr, "claude-sandbox run: ", "claude-sandbox plan: ", 1) != p.Stderr {
+					t.Errorf("%s: run and plan refuse differently:\nplan: %v\nrun: %v", flag, p, r)
+				}
+			}
+		})
+	}
+}

@@ -40,8 +40,10 @@ type Options struct {
 	// away while the policy follows the host.
 	RoutePlan func(routes.Plan) routes.Plan
 	// OnBlock, when set, is called with every block as it is recorded,
-	// from the stack's or the sink's goroutine: it must return quickly
-	// (queue the block, do not wait on it).
+	// from the stack's block-delivery goroutine (the sink's refusals
+	// take the stack's bounded, rate-limited queue too): it must return
+	// quickly (queue the block, do not wait on it); while it waits,
+	// records beyond the queue are dropped and only counted.
 	OnBlock func(netpolicy.Block)
 	// MaxUDPFlows caps the sandbox's UDP flows (each holds a host
 	// ephemeral port); 0: userstack.DefaultMaxUDPFlows. Each flow evicted
@@ -83,6 +85,10 @@ type Jail struct {
 	failed chan error
 	once   sync.Once
 	pubWG  sync.WaitGroup // the published ports' serving goroutines
+
+	// sinkDone is closed when the sink's reader has returned (nil: it
+	// never started).
+	sinkDone chan struct{}
 
 	// The live policy (live_linux.go).
 	upd          sync.Mutex   // one refresh at a time
@@ -202,10 +208,25 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 	j.ns = conn
 	j.mu.Unlock()
 	j.debug("attached", "gateway", j.setup.Gateway, "upstreams", j.setup.Upstreams)
-	sk := &sink{dev: sinkDev, pol: j.setup.Policy, record: j.record}
-	go sk.run()
+	sk := j.newSink(sinkDev, st)
+	done := make(chan struct{})
+	j.mu.Lock()
+	j.sinkDone = done
+	j.mu.Unlock()
+	go func() {
+		defer close(done)
+		sk.run()
+	}()
 	j.servePublished(st)
 	return nil
+}
+
+// newSink returns the sink's reader on dev. Its records go through st's
+// bounded, rate-limited queue, as the stack's own do (a flood to a
+// blocked range costs a bounded number of records, the rest counted in
+// st.BlocksDropped for the summary), and reach record from there.
+func (j *Jail) newSink(dev *os.File, st *userstack.Stack) *sink {
+	return &sink{dev: dev, pol: j.setup.Policy, record: st.RecordBlock}
 }
 
 func (j *Jail) record(b netpolicy.Block) {
@@ -260,16 +281,23 @@ func (j *Jail) Close() {
 		}
 		j.mu.Lock()
 		st := j.stack
+		sinkDone := j.sinkDone
 		j.mu.Unlock()
+		// The sink first: its reader records through the stack's queue,
+		// which delivers (or counts) only what is given before the
+		// stack closes.
+		if j.sink != nil {
+			j.sink.Close()
+		}
+		if sinkDone != nil {
+			<-sinkDone
+		}
 		var dropped uint64
 		if st != nil {
 			st.Close()
 			dropped = st.BlocksDropped()
 		}
 		j.pubWG.Wait()
-		if j.sink != nil {
-			j.sink.Close()
-		}
 		j.mu.Lock()
 		if j.watchSock != nil {
 			j.watchSock.Close()

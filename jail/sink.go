@@ -21,6 +21,9 @@ import (
 const SinkDevice = "blk0"
 
 // sink reads and refuses what the kernel routes to the sink device.
+// record takes each refusal: in the jail, the stack's RecordBlock
+// (newSink), so that the sink's records share the stack's bounded,
+// rate-limited queue; it never blocks.
 type sink struct {
 	dev    *os.File
 	pol    *netpolicy.Policy

@@ -1,14 +1,20 @@
 package jail
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack"
 )
 
 // segment builds an IPv4 TCP segment from src to dst.
@@ -133,4 +139,54 @@ func FuzzSinkRefuse(f *testing.F) {
 			t.Fatalf("a non-IP answer %x", out)
 		}
 	})
+}
+
+// A flood of connection attempts to a blocked range costs a bounded
+// number of block records: the sink's go through the stack's bounded,
+// rate-limited queue (a burst of 1024, then userstack.BlockRecordRate a
+// second), as the stack's own refusals do. Every attempt is refused all
+// the same, and those beyond the bound are counted, the count reported in
+// the summary when the jail closes. The clock stands still, so the bound
+// is the burst.
+func TestSinkFloodIsBoundedAndCounted(t *testing.T) {
+	const burst = 1024 // userstack's blockBurst
+	const n = 3 * burst
+	var log, sum bytes.Buffer
+	pol := netpolicy.MustNew(netpolicy.Config{})
+	j := New(&Setup{Policy: pol}, Options{Log: &log, Summary: &sum})
+	ep := channel.New(8, 1500, "")
+	t.Cleanup(ep.Close)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st, err := userstack.New(ep, userstack.Config{
+		Policy:    pol,
+		OnBlock:   j.record,
+		NoJanitor: true,
+		Now:       func() time.Time { return now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.mu.Lock()
+	j.stack = st
+	j.mu.Unlock()
+	s := j.newSink(nil, st)
+	dst := netip.MustParseAddrPort("10.1.2.3:22")
+	for i := range n {
+		src := netip.AddrPortFrom(netip.MustParseAddr("192.0.2.2"), uint16(20000+i))
+		if out := s.refuse(segment(src, dst, header.TCPFlagSyn, 1000, 0, "")); out == nil {
+			t.Fatalf("SYN %d was not refused", i)
+		}
+	}
+	j.Close() // delivers what was queued, then writes the summary
+	lines := bytes.Count(log.Bytes(), []byte("\n"))
+	if lines != burst || j.Blocked() != lines {
+		t.Errorf("%d refused SYNs: %d records written, %d blocks counted; want the burst, %d", n, lines, j.Blocked(), burst)
+	}
+	if want := droppedNote(n - burst); !strings.Contains(sum.String(), want) {
+		t.Errorf("summary %q does not report the records dropped: want %q", sum.String(), want)
+	}
+	var first netpolicy.Block
+	if err := json.Unmarshal(bytes.SplitN(log.Bytes(), []byte("\n"), 2)[0], &first); err != nil || first.Dst != dst || first.Proto != netpolicy.ProtoTCP || !first.Time.Equal(now) {
+		t.Errorf("first record %+v (%v), want tcp %v at %v", first, err, dst, now)
+	}
 }

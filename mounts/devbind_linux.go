@@ -82,6 +82,29 @@ func (b *builder) ensureDev(dst string, dir bool) error {
 	return err
 }
 
+// CheckDevDir is the plan's look at a directory --dev-bind source: src,
+// resolved from the host root as the mount resolves it, must be reached
+// without a symlink on the way (devDirNoSymlink, the check the mount makes
+// again on the path it binds). plan.Build calls it, so `plan` and `run`
+// refuse such a source alike, before anything is started.
+func CheckDevDir(src string) error {
+	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(root)
+	fd, err := resolveIn(root, src, unix.O_PATH)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	return devDirNoSymlink(root, src, &st)
+}
+
 // devDirNoSymlink checks that a directory source reached st without a
 // symlink on the way. A directory is admitted for being below /dev, and
 // that is a property of the path the kernel walks: a link below /dev

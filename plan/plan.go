@@ -4,14 +4,17 @@
 //
 // A [Plan] is plain data: the command, its environment, the caller's ids, the
 // namespaces and the filesystem operations in order. [Build] makes one from
-// [Options] with pure code (the only outside input is an injectable stat
-// function, and the host facts behind the socket masks, [Host]), validating everything that can be checked before a process is
-// started, so bad input fails fast with a one-line error. The engine
+// [Options] with pure code (the only outside inputs are an injectable stat
+// function, the look at a --dev-bind directory's path, Options.DevDir, and
+// the host facts behind the socket masks, [Host]), validating everything
+// that can be checked before a process is started, so bad input fails fast
+// with a one-line error. The engine
 // (package nsexec) applies a Plan and adds nothing to it: what
 // `claude-sandbox plan --json` prints is what runs.
 //
-// What it does not do: no syscalls beyond the injected stat and Host, no policy about
-// which host paths matter (that is the product layer's job).
+// What it does not do: no syscalls beyond the injected stat, DevDir and
+// Host, no policy about which host paths matter (that is the product
+// layer's job).
 package plan
 
 import (
@@ -191,6 +194,10 @@ type Options struct {
 	PidsLimit int
 	// Stat looks at host paths; nil means os.Stat.
 	Stat func(string) (fs.FileInfo, error)
+	// DevDir checks that a directory --dev-bind source (one below /dev,
+	// by Stat) is reached by its real path, without a symlink on the way;
+	// nil means mounts.CheckDevDir, the check the mount makes again.
+	DevDir func(string) error
 	// AllowSockets are host Unix sockets bound back into the view
 	// (--allow-socket); every other host socket is hidden (see Host).
 	AllowSockets []string
@@ -214,6 +221,10 @@ func Build(opts Options) (*Plan, error) {
 	stat := opts.Stat
 	if stat == nil {
 		stat = os.Stat
+	}
+	devDir := opts.DevDir
+	if devDir == nil {
+		devDir = mounts.CheckDevDir
 	}
 	if len(opts.Command) == 0 || opts.Command[0] == "" {
 		return nil, errf("no command given: put it after --, e.g. claude-sandbox run -- /bin/sh")
@@ -283,12 +294,12 @@ func Build(opts Options) (*Plan, error) {
 		h = OSHost{}
 	}
 	p.Mounts = append(p.Mounts, runCover(h)...)
-	user, err := checkOps(opts.Ops, stat)
+	user, err := checkOps(opts.Ops, stat, devDir)
 	if err != nil {
 		return nil, err
 	}
 	p.Mounts = append(p.Mounts, user...)
-	late, err := checkOps(opts.Late, stat)
+	late, err := checkOps(opts.Late, stat, devDir)
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +356,7 @@ func emptyCwd(p *Plan) string {
 
 // checkOps validates the caller's operations and drops -try binds whose
 // source is missing.
-func checkOps(ops []mounts.Op, stat func(string) (fs.FileInfo, error)) ([]mounts.Op, error) {
+func checkOps(ops []mounts.Op, stat func(string) (fs.FileInfo, error), devDir func(string) error) ([]mounts.Op, error) {
 	var out []mounts.Op
 	var masked []string
 	for _, op := range ops {
@@ -384,7 +395,7 @@ func checkOps(ops []mounts.Op, stat func(string) (fs.FileInfo, error)) ([]mounts
 				return nil, errf("%s: source %s: %v", flag, src, unwrapPathErr(err))
 			}
 			if op.Kind == mounts.DevBind {
-				if err := checkDevice(flag, src, stat); err != nil {
+				if err := checkDevice(flag, src, stat, devDir); err != nil {
 					return nil, err
 				}
 			}

@@ -35,8 +35,11 @@ func hostPorts(p *Plan, ports []netpolicy.HostPort) error {
 // path with devices on; here the one bind that keeps device access takes
 // only what is meant to be a device, so a mistyped directory cannot open
 // every device node that happens to lie in a tree, and any other
-// directory is --ro-bind's (whose nodes stay closed).
-func checkDevice(flag, src string, stat func(string) (fs.FileInfo, error)) error {
+// directory is --ro-bind's (whose nodes stay closed). "Below /dev" is a
+// property of the path walked, so a directory must be reached without a
+// symlink (devDir: a link in /dev/shm to a tree elsewhere is refused here,
+// by the same check the mount makes again).
+func checkDevice(flag, src string, stat func(string) (fs.FileInfo, error), devDir func(string) error) error {
 	fi, err := stat(src)
 	if err != nil {
 		return errf("%s: source %s: %v", flag, src, unwrapPathErr(err))
@@ -45,6 +48,9 @@ func checkDevice(flag, src string, stat func(string) (fs.FileInfo, error)) error
 	case m&fs.ModeDevice != 0:
 		return nil
 	case m.IsDir() && mounts.Within(src, "/dev") && src != "/dev":
+		if err := devDir(src); err != nil {
+			return errf("%s: source %s: %v", flag, src, unwrapPathErr(err))
+		}
 		return nil
 	case m.IsDir():
 		return errf("%s: source %s is a directory outside /dev: give the device nodes themselves (or a directory below /dev such as /dev/dri), and --ro-bind for anything else", flag, src)

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"io/fs"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ func TestDevBindSources(t *testing.T) {
 	modes := map[string]fs.FileMode{
 		"/dev/dri/renderD128": fs.ModeDevice | fs.ModeCharDevice, "/dev/sda": fs.ModeDevice, "/srv/null2": fs.ModeDevice | fs.ModeCharDevice,
 		"/dev/dri": fs.ModeDir, "/dev": fs.ModeDir, "/home/u": fs.ModeDir, "/etc/passwd": 0, "/dev/log": fs.ModeSocket,
+		"/dev/shm/link": fs.ModeDir, // a directory by stat, reached through a symlink
 	}
 	stat := func(p string) (fs.FileInfo, error) {
 		if m, ok := modes[p]; ok {
@@ -28,8 +30,18 @@ func TestDevBindSources(t *testing.T) {
 		}
 		return nil, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
 	}
+	// The path check (mounts.CheckDevDir in production) is asked about
+	// directories below /dev only.
+	var asked []string
+	devDir := func(p string) error {
+		asked = append(asked, p)
+		if p == "/dev/shm/link" {
+			return errors.New("goes through a symlink")
+		}
+		return nil
+	}
 	build := func(op mounts.Op) error {
-		_, err := Build(Options{Command: []string{"true"}, Net: NetNone, Ops: []mounts.Op{op}, Stat: stat, Host: noHost})
+		_, err := Build(Options{Command: []string{"true"}, Net: NetNone, Ops: []mounts.Op{op}, Stat: stat, DevDir: devDir, Host: noHost})
 		return err
 	}
 	for _, src := range []string{"/dev/dri/renderD128", "/dev/sda", "/srv/null2", "/dev/dri"} {
@@ -37,13 +49,19 @@ func TestDevBindSources(t *testing.T) {
 			t.Errorf("--dev-bind %s: %v", src, err)
 		}
 	}
-	for src, want := range map[string]string{"/dev": "outside /dev", "/home/u": "outside /dev", "/etc/passwd": "not a device node", "/dev/log": "not a device node", "/dev/missing": "does not exist"} {
+	if len(asked) != 1 || asked[0] != "/dev/dri" {
+		t.Errorf("the path check was asked about %q, want only the directory /dev/dri", asked)
+	}
+	for src, want := range map[string]string{"/dev": "outside /dev", "/home/u": "outside /dev", "/etc/passwd": "not a device node", "/dev/log": "not a device node", "/dev/missing": "does not exist", "/dev/shm/link": "/dev/shm/link: goes through a symlink"} {
 		if err := build(mounts.Op{Kind: mounts.DevBind, Src: src, Dst: "/dev/x"}); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--dev-bind") {
 			t.Errorf("--dev-bind %s: %v, want a refusal saying %q", src, err, want)
 		}
 	}
 	if err := build(mounts.Op{Kind: mounts.DevBind, Src: "/dev/missing", Dst: "/dev/x", Optional: true}); err != nil {
 		t.Errorf("--dev-bind-try of a missing node: %v", err)
+	}
+	if err := build(mounts.Op{Kind: mounts.DevBind, Src: "/dev/shm/link", Dst: "/dev/x", Optional: true}); err == nil || !strings.Contains(err.Error(), "--dev-bind-try: source /dev/shm/link: goes through a symlink") {
+		t.Errorf("--dev-bind-try of a directory through a symlink: %v, want a refusal", err)
 	}
 }
 

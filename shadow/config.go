@@ -87,8 +87,8 @@ func (e *ConfigError) Error() string {
 
 // ParseConfig reads the file format: `key = value` or a bare `key`, one a
 // line; `#` starts a comment; blank lines are ignored. Repeatable keys
-// (allow-write, allow-ip, allow-domain, deny-domain, allow-socket,
-// pass-env) add one entry a line.
+// (allow-write, allow-ip, allow-domain, deny-domain, allow-host-port,
+// publish, allow-device, allow-socket, pass-env) add one entry a line.
 func ParseConfig(name string, r io.Reader) (Config, error) {
 	c := DefaultConfig()
 	sc := bufio.NewScanner(r)
@@ -118,131 +118,127 @@ func ParseConfig(name string, r io.Reader) (Config, error) {
 	return c, nil
 }
 
-func (c *Config) set(key, value string, hasValue bool) error {
-	needValue := func() error {
-		if !hasValue || value == "" {
-			return fmt.Errorf("needs a value (%s = ...)", key)
-		}
-		return nil
+// configValue is what a line gives its key: the value after "=", and
+// whether there was a "=" at all (a bare key is a switch turned on).
+type configValue struct {
+	key, s string
+	has    bool
+}
+
+// need refuses a bare key or an empty value, for keys that take one.
+func (v configValue) need() error {
+	if !v.has || v.s == "" {
+		return fmt.Errorf("needs a value (%s = ...)", v.key)
 	}
-	switch key {
-	case "workspace-root":
-		if err := needValue(); err != nil {
-			return err
-		}
-		p, err := absPath(value)
-		if err != nil {
-			return err
-		}
-		c.WorkspaceRoot = p
-	case "no-forge":
-		b, err := parseBool(value, hasValue)
-		if err != nil {
-			return err
-		}
-		c.NoForge = b
-	case "writable-git-hooks":
-		b, err := parseBool(value, hasValue)
-		if err != nil {
-			return err
-		}
-		c.WritableGitHooks = b
-	case "egress-jail":
-		b, err := parseBool(value, hasValue)
-		if err != nil {
-			return err
-		}
-		c.EgressJail = b
-	case "allow-write":
-		if err := needValue(); err != nil {
-			return err
-		}
-		p, err := absPath(value)
-		if err != nil {
+	return nil
+}
+
+// configKey is one key of the file and what its value does to c.
+type configKey struct {
+	name string
+	set  func(c *Config, v configValue) error
+}
+
+// configKeys is every key the file takes, in the order the unknown-key
+// message lists them: set dispatches on it and the message is made from
+// it, so a key added here is both parsed and listed.
+var configKeys = []configKey{
+	{"workspace-root", func(c *Config, v configValue) error {
+		return setPath(&c.WorkspaceRoot, v)
+	}},
+	{"no-forge", func(c *Config, v configValue) error { return setBool(&c.NoForge, v) }},
+	{"writable-git-hooks", func(c *Config, v configValue) error { return setBool(&c.WritableGitHooks, v) }},
+	{"egress-jail", func(c *Config, v configValue) error { return setBool(&c.EgressJail, v) }},
+	{"allow-write", func(c *Config, v configValue) error {
+		var p string
+		if err := setPath(&p, v); err != nil {
 			return err
 		}
 		c.AllowWrite = append(c.AllowWrite, p)
-	case "allow-ip":
-		if err := needValue(); err != nil {
+		return nil
+	}},
+	{"allow-ip", func(c *Config, v configValue) error {
+		if err := v.need(); err != nil {
 			return err
 		}
-		pfx, err := netpolicy.ParseAllow(value)
+		pfx, err := netpolicy.ParseAllow(v.s)
 		if err != nil {
 			return err
 		}
 		c.AllowIP = append(c.AllowIP, pfx)
-	case "allow-domain", "deny-domain":
-		if err := needValue(); err != nil {
+		return nil
+	}},
+	{"allow-domain", func(c *Config, v configValue) error { return addDomain(&c.AllowDomain, v) }},
+	{"deny-domain", func(c *Config, v configValue) error { return addDomain(&c.DenyDomain, v) }},
+	{"allow-host-port", func(c *Config, v configValue) error {
+		if err := v.need(); err != nil {
 			return err
 		}
-		if _, err := netpolicy.ExpandDomains([]string{value}); err != nil {
-			return err
-		}
-		if key == "allow-domain" {
-			c.AllowDomain = append(c.AllowDomain, value)
-		} else {
-			c.DenyDomain = append(c.DenyDomain, value)
-		}
-	case "allow-host-port":
-		if err := needValue(); err != nil {
-			return err
-		}
-		h, err := netpolicy.ParseHostPort(value)
+		h, err := netpolicy.ParseHostPort(v.s)
 		if err != nil {
 			return err
 		}
 		c.AllowHostPort = append(c.AllowHostPort, h)
-	case "publish":
-		if err := needValue(); err != nil {
+		return nil
+	}},
+	{"publish", func(c *Config, v configValue) error {
+		if err := v.need(); err != nil {
 			return err
 		}
-		pb, err := netpolicy.ParsePublish(value)
+		pb, err := netpolicy.ParsePublish(v.s)
 		if err != nil {
 			return err
 		}
 		c.Publish = append(c.Publish, pb)
-	case "allow-device":
-		if err := needValue(); err != nil {
+		return nil
+	}},
+	{"allow-device", func(c *Config, v configValue) error {
+		if err := v.need(); err != nil {
 			return err
 		}
-		p, err := devicePattern(value)
+		p, err := devicePattern(v.s)
 		if err != nil {
 			return err
 		}
 		c.AllowDevice = append(c.AllowDevice, p)
-	case "allow-socket":
-		if err := needValue(); err != nil {
-			return err
-		}
-		p, err := absPath(value)
-		if err != nil {
+		return nil
+	}},
+	{"allow-socket", func(c *Config, v configValue) error {
+		var p string
+		if err := setPath(&p, v); err != nil {
 			return err
 		}
 		c.AllowSocket = append(c.AllowSocket, p)
-	case "pass-env":
-		if err := needValue(); err != nil {
+		return nil
+	}},
+	{"pass-env", func(c *Config, v configValue) error {
+		if err := v.need(); err != nil {
 			return err
 		}
-		if !validEnvName(value) {
-			return fmt.Errorf("%q is not a variable name", value)
+		if !validEnvName(v.s) {
+			return fmt.Errorf("%q is not a variable name", v.s)
 		}
-		c.PassEnv = append(c.PassEnv, value)
-	case "gitlab-host":
-		if err := needValue(); err != nil {
+		c.PassEnv = append(c.PassEnv, v.s)
+		return nil
+	}},
+	{"gitlab-host", func(c *Config, v configValue) error {
+		if err := v.need(); err != nil {
 			return err
 		}
-		if !validHost(value) {
-			return fmt.Errorf("%q is not a host name (like gitlab.example.com)", value)
+		if !validHost(v.s) {
+			return fmt.Errorf("%q is not a host name (like gitlab.example.com)", v.s)
 		}
-		c.GitLabHost = value
-	case "pids-limit":
-		if err := needValue(); err != nil {
+		c.GitLabHost = v.s
+		return nil
+	}},
+	{"pids-limit", func(c *Config, v configValue) error {
+		if err := v.need(); err != nil {
 			return err
 		}
-		n, err := strconv.Atoi(value)
+		n, err := strconv.Atoi(v.s)
 		switch {
 		case err != nil || n < 0:
-			return fmt.Errorf("%q is not a number of processes (0 for no limit)", value)
+			return fmt.Errorf("%q is not a number of processes (0 for no limit)", v.s)
 		case n == 0:
 			c.PidsLimit = -1
 		case n < plan.MinPidsLimit || n > plan.MaxPidsLimit:
@@ -250,24 +246,69 @@ func (c *Config) set(key, value string, hasValue bool) error {
 		default:
 			c.PidsLimit = n
 		}
-	case "debug":
-		b, err := parseBool(value, hasValue)
-		if err != nil {
-			return err
-		}
-		c.Debug = b
-	case "debug-file":
-		if err := needValue(); err != nil {
-			return err
-		}
-		p, err := absPath(value)
-		if err != nil {
+		return nil
+	}},
+	{"debug", func(c *Config, v configValue) error { return setBool(&c.Debug, v) }},
+	{"debug-file", func(c *Config, v configValue) error {
+		var p string
+		if err := setPath(&p, v); err != nil {
 			return err
 		}
 		c.Debug, c.DebugFile = true, p
-	default:
-		return fmt.Errorf("unknown key (known: workspace-root, no-forge, writable-git-hooks, egress-jail, allow-write, allow-ip, allow-domain, deny-domain, allow-host-port, publish, allow-device, allow-socket, pass-env, gitlab-host, pids-limit, debug, debug-file)")
+		return nil
+	}},
+}
+
+func (c *Config) set(key, value string, hasValue bool) error {
+	for _, k := range configKeys {
+		if k.name == key {
+			return k.set(c, configValue{key: key, s: value, has: hasValue})
+		}
 	}
+	return unknownKey()
+}
+
+// unknownKey is the refusal of a key not in configKeys, naming them all.
+func unknownKey() error {
+	names := make([]string, len(configKeys))
+	for i, k := range configKeys {
+		names[i] = k.name
+	}
+	return fmt.Errorf("unknown key (known: %s)", strings.Join(names, ", "))
+}
+
+// setBool sets *dst from a switch.
+func setBool(dst *bool, v configValue) error {
+	b, err := parseBool(v.s, v.has)
+	if err != nil {
+		return err
+	}
+	*dst = b
+	return nil
+}
+
+// setPath sets *dst from a value that must be an absolute path.
+func setPath(dst *string, v configValue) error {
+	if err := v.need(); err != nil {
+		return err
+	}
+	p, err := absPath(v.s)
+	if err != nil {
+		return err
+	}
+	*dst = p
+	return nil
+}
+
+// addDomain appends a jail domain entry (a name or a preset) to *dst.
+func addDomain(dst *[]string, v configValue) error {
+	if err := v.need(); err != nil {
+		return err
+	}
+	if _, err := netpolicy.ExpandDomains([]string{v.s}); err != nil {
+		return err
+	}
+	*dst = append(*dst, v.s)
 	return nil
 }
 

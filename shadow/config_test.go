@@ -158,3 +158,64 @@ func TestGitConfig(t *testing.T) {
 		t.Error("an empty identity must not write a [user] section")
 	}
 }
+
+// TestConfigKeysTable: every key of the one table (configKeys) is accepted
+// by ParseConfig and named in the unknown-key message, and the message
+// names no other key; a key added to the table without a sample line here
+// fails, so each new key is parsed at least once.
+func TestConfigKeysTable(t *testing.T) {
+	sample := map[string]string{
+		"workspace-root":     "workspace-root = /w",
+		"no-forge":           "no-forge",
+		"writable-git-hooks": "writable-git-hooks = 1",
+		"egress-jail":        "egress-jail = 0",
+		"allow-write":        "allow-write = /a",
+		"allow-ip":           "allow-ip = 10.1.2.3",
+		"allow-domain":       "allow-domain = example.com",
+		"deny-domain":        "deny-domain = gist.github.com",
+		"allow-host-port":    "allow-host-port = 11434",
+		"publish":            "publish = 3000:3000",
+		"allow-device":       "allow-device = /dev/dri/*",
+		"allow-socket":       "allow-socket = /run/x.sock",
+		"pass-env":           "pass-env = FOO",
+		"gitlab-host":        "gitlab-host = gitlab.example.org",
+		"pids-limit":         "pids-limit = 1000",
+		"debug":              "debug",
+		"debug-file":         "debug-file = /var/log/cs.log",
+	}
+	_, err := ParseConfig("f", strings.NewReader("no-such-key = 1\n"))
+	if err == nil {
+		t.Fatal("an unknown key was accepted")
+	}
+	msg := err.Error()
+	const lead = "f:1: no-such-key: unknown key (known: "
+	if !strings.HasPrefix(msg, lead) || !strings.HasSuffix(msg, ")") {
+		t.Fatalf("unknown-key message %q, want it to start %q", msg, lead)
+	}
+	listed := strings.Split(strings.TrimSuffix(strings.TrimPrefix(msg, lead), ")"), ", ")
+	inTable := map[string]bool{}
+	for _, k := range configKeys {
+		if inTable[k.name] {
+			t.Errorf("key %s is twice in the table", k.name)
+		}
+		inTable[k.name] = true
+		line, ok := sample[k.name]
+		if !ok {
+			t.Errorf("key %s has no sample line in this test: add one", k.name)
+			continue
+		}
+		if _, err := ParseConfig("f", strings.NewReader(line+"\n")); err != nil {
+			t.Errorf("key %s (%q) refused: %v", k.name, line, err)
+		}
+	}
+	if len(listed) != len(configKeys) {
+		t.Errorf("the message lists %d keys %q, the table has %d", len(listed), listed, len(configKeys))
+	}
+	for i, name := range listed {
+		if !inTable[name] {
+			t.Errorf("the message lists %q, which is not in the table", name)
+		} else if i < len(configKeys) && configKeys[i].name != name {
+			t.Errorf("the message lists %q at %d, the table %q", name, i, configKeys[i].name)
+		}
+	}
+}

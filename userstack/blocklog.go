@@ -24,6 +24,10 @@ import (
 //     exit summary can say how many went unrecorded. Blocking itself is
 //     never dropped: the flow is refused before its record is queued.
 //
+// The jail's sink (the kernel layer's refusals) records through the same
+// queue ([Stack.RecordBlock]): one bucket, one count, for every block
+// record of a sandbox.
+//
 // One goroutine (deliverBlocks) calls OnBlock for each queued record in
 // order; Close lets it deliver what was queued before it returns.
 const (
@@ -87,6 +91,21 @@ func (q *blockQueue) offer(b netpolicy.Block) {
 	default:
 		q.dropped.Add(1)
 	}
+}
+
+// RecordBlock records a refused flow as the stack records its own: b,
+// its Time set from Config.Now (the rate's clock), goes through the
+// bounded, rate-limited queue to Config.OnBlock, or is counted in
+// [Stack.BlocksDropped]. It never blocks, and is safe from any
+// goroutine. The jail's sink records its refusals with it. Call it
+// before Close: a record given after may be neither delivered nor
+// counted.
+func (st *Stack) RecordBlock(b netpolicy.Block) {
+	if st.cfg.OnBlock == nil {
+		return
+	}
+	b.Time = st.cfg.Now()
+	st.blocks.offer(b)
 }
 
 // deliverBlocks calls OnBlock for each queued record until the stack

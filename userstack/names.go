@@ -263,6 +263,20 @@ func (st *Stack) SyntheticAddr(name string, v6 bool) (netip.Addr, bool) {
 // trailing dot.
 func canonName(s string) string { return strings.ToLower(strings.TrimSuffix(s, ".")) }
 
+// policyCheck is the policy's verdict on a host-side destination, except
+// that the host's loopback and the unspecified addresses (0.0.0.0, ::: a
+// host-side connect to them reaches the host's loopback) are refused
+// whatever the policy allows: an allow-ip entry naming them, or a policy
+// built in code. The host's loopback is reached only through a gateway's
+// allowed host port (hostport.go), never by address or by name.
+func (st *Stack) policyCheck(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verdict {
+	v := st.cfg.Policy.Check(proto, dst)
+	if a := dst.Addr().Unmap(); v.Allowed && (a.IsLoopback() || a.IsUnspecified()) {
+		return netpolicy.Verdict{Rule: "host loopback: only --allow-host-port ports at the gateway address reach it"}
+	}
+	return v
+}
+
 // check is the policy's verdict on an address (not a name): with the
 // allowlist on, the open internet is refused (only allow-ip/allow-cidr
 // entries and the DNS punches open anything).
@@ -273,7 +287,7 @@ func (st *Stack) check(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verd
 		// behind it.
 		return netpolicy.Verdict{Rule: "synthetic address of a name (only TCP and UDP reach names)"}
 	}
-	v := st.cfg.Policy.Check(proto, dst)
+	v := st.policyCheck(proto, dst)
 	switch {
 	case st.names == nil || !v.Allowed:
 	case v.Rule == netpolicy.RuleInternet:
@@ -284,15 +298,6 @@ func (st *Stack) check(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verd
 		return netpolicy.Verdict{Rule: "synthetic address pool in another form (NAT64)"}
 	}
 	return v
-}
-
-// blockName records a refused flow or query for a name.
-func (st *Stack) blockName(proto netpolicy.Proto, dst netip.AddrPort, name, rule string) {
-	// As block: through the bounded, rate-limited queue (a flood of
-	// queries for names not allowed must not slow the loop), no Logf.
-	if st.cfg.OnBlock != nil {
-		st.blocks.offer(netpolicy.Block{Time: st.cfg.Now(), Proto: proto, Dst: dst, Name: name, Rule: rule})
-	}
 }
 
 // nameFlow is what the allowlist decided for a new flow: a flow to a name
@@ -371,7 +376,7 @@ func (n *names) resolveTarget(ctx context.Context, proto netpolicy.Proto, dst ne
 				blocked = append(blocked, a.String()+" (synthetic pool)")
 				continue
 			}
-			v := st.cfg.Policy.Check(proto, target)
+			v := st.policyCheck(proto, target)
 			if !v.Allowed {
 				blocked = append(blocked, fmt.Sprintf("%s (%s)", a, v.Rule))
 				continue

@@ -422,3 +422,33 @@ func TestNamesWatchPartialTake(t *testing.T) {
 		t.Fatalf("blocks %+v", bl)
 	}
 }
+
+// An allowed name that resolves to the host's loopback or to an
+// unspecified address (a host-side connect to 0.0.0.0 or :: reaches the
+// host's loopback) is never dialed, even under a policy built in code
+// that allows those addresses (netpolicy.New refuses no entry; the
+// command line does refuse loopback). The host's loopback is reached
+// only at a gateway's allowed host port.
+func TestNamesHostLoopbackNeverDialed(t *testing.T) {
+	h := newNamesHarnessAllow(t, map[string][]uint16{"lo.test": nil}, NameConfig{PeekTimeout: 20 * time.Millisecond},
+		netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("0.0.0.0/32"), netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("::/128"))
+	h.zone.addA("lo.test", "127.0.0.1", "0.0.0.0", "::1", "::")
+	syn := answerAddrs(t, h.query(t, "lo.test.", dnsmessage.TypeA), "lo.test.")[0]
+	src := netip.AddrPortFrom(jail4, 44100)
+	dst := netip.AddrPortFrom(syn, 8081)
+	iss := h.handshake(t, src, dst)
+	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: []byte("\x00x")}.bytes())
+	h.waitRST(t)
+	h.zone.none(t)
+	const rule = "host loopback: only --allow-host-port ports at the gateway address reach it"
+	var got []string
+	for _, b := range h.blocks.list() {
+		got = append(got, b.Name+"|"+b.Dst.String()+"|"+b.Rule)
+	}
+	want := []string{
+		"lo.test|" + dst.String() + "|resolves only to blocked addresses: 127.0.0.1 (" + rule + "), 0.0.0.0 (" + rule + "), ::1 (" + rule + "), :: (" + rule + ")",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("blocks:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

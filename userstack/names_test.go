@@ -206,13 +206,17 @@ type namesHarness struct {
 
 func newNamesHarness(t *testing.T, rules map[string][]uint16, nc NameConfig) *namesHarness {
 	t.Helper()
+	return newNamesHarnessAllow(t, rules, nc, netip.MustParsePrefix("192.168.1.50/32"))
+}
+
+// newNamesHarnessAllow is newNamesHarness with the policy's allow entries.
+func newNamesHarnessAllow(t *testing.T, rules map[string][]uint16, nc NameConfig, allow ...netip.Prefix) *namesHarness {
+	t.Helper()
 	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	z := newZoneDialer()
 	nc.Rules = fakeRules{allow: rules}
 	h.start(t, Config{
-		Policy: netpolicy.MustNew(netpolicy.Config{
-			Allow: []netip.Prefix{netip.MustParsePrefix("192.168.1.50/32")},
-		}),
+		Policy:         netpolicy.MustNew(netpolicy.Config{Allow: allow}),
 		Dialer:         z,
 		Gateways:       []netip.Addr{gateway4},
 		VirtualDNS:     []netip.Addr{dns4},

@@ -99,10 +99,11 @@ type Config struct {
 	// sandbox (publish.go): every packet to a gateway then takes gVisor's
 	// path, where those connections' endpoints are.
 	Inbound bool
-	// OnBlock, if set, is called for refused flows, in order, from a
-	// goroutine of its own: records leave the event loop through a
-	// bounded, rate-limited queue (blocklog.go), and those beyond it are
-	// only counted ([Stack.BlocksDropped]). It may take its time (write to
+	// OnBlock, if set, is called for refused flows (the stack's own, and
+	// those given to [Stack.RecordBlock]), in order, from a goroutine of
+	// its own: records leave the event loop through a bounded,
+	// rate-limited queue (blocklog.go), and those beyond it are only
+	// counted ([Stack.BlocksDropped]). It may take its time (write to
 	// a file), at the cost of records dropped meanwhile.
 	OnBlock func(netpolicy.Block)
 	// Logf, if set, receives diagnostics (the jail routes them to its
@@ -390,12 +391,19 @@ func (st *Stack) upstream() (netip.AddrPort, bool) {
 	return st.cfg.Upstreams[0], true
 }
 
+// block records a flow refused by address (blockName without a name).
 func (st *Stack) block(proto netpolicy.Proto, dst netip.AddrPort, rule string) {
-	// No Logf here: a flood of refused flows would be a flood of lines
-	// formatted on the loop. The record, rate-limited, carries it.
-	if st.cfg.OnBlock != nil {
-		st.blocks.offer(netpolicy.Block{Time: st.cfg.Now(), Proto: proto, Dst: dst, Rule: rule})
-	}
+	st.blockName(proto, dst, "", rule)
+}
+
+// blockName records a refused flow or query; name is the host name when
+// the domain allowlist decided it (names.go), "" for a flow decided by
+// address. Every block record of the stack is made here.
+func (st *Stack) blockName(proto netpolicy.Proto, dst netip.AddrPort, name, rule string) {
+	// No Logf here: a flood of refused flows (or of queries for names
+	// not allowed) would be a flood of lines formatted on the loop. The
+	// record, through the bounded, rate-limited queue, carries it.
+	st.RecordBlock(netpolicy.Block{Proto: proto, Dst: dst, Name: name, Rule: rule})
 }
 
 func toAddr(a tcpip.Address) netip.Addr {
