@@ -41,6 +41,20 @@ var subcommandHelp = map[string]string{
 func main() {
 	nsexec.Init()       // a re-executed stage runs here and never returns
 	verify.InitNested() // so does the nested helper of verify's probes
+	// One P, from the start. The launcher carries the jail's traffic on
+	// the userstack's event loop, and one P keeps that loop on one
+	// thread: with a second, the scheduler moves the loop between
+	// threads, each move a wake-up that costs CPU and buys no throughput
+	// (docs/performance.md, "One event loop"); without the jail it only
+	// relays the terminal and signals. Set here rather than just before
+	// the launch: every P has its own cache of partly used memory spans,
+	// and a second one during the setup left a jailed launcher larger for
+	// the sandbox's life (2.39 against 2.23 MB anonymous, means over 10
+	// and 22 launchers; issue 19). No command of this program needs two.
+	// GOMAXPROCS in the environment still decides.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 	if filepath.Base(os.Args[0]) == "claude" {
 		os.Exit(shadowMain(os.Args[1:], false, os.Stdout, os.Stderr))
 	}
@@ -262,18 +276,6 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			jo.Log, jo.Summary = f, nil
 		}
 		nopts.Jail = jail.New(setup, jo)
-	}
-	// One P from here on. With the jail, the launcher carries the
-	// sandbox's traffic on the userstack's event loop, and one P keeps
-	// that loop on one thread: with a second, the scheduler moves the
-	// loop between threads, each move a wake-up that costs CPU and buys
-	// no throughput (docs/performance.md, "One event loop"). Without it,
-	// the launcher only
-	// relays the terminal and signals, and every further P is one more
-	// idle thread for the sandbox's life. GOMAXPROCS in the environment
-	// still decides.
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1)
 	}
 	var code int
 	if sw != nil {
