@@ -340,7 +340,7 @@ func (l *launch) startStage(flags uintptr, extra ...*os.File) error {
 	if l.cancelErr != nil {
 		return l.cancelErr
 	}
-	if err := cmd.Start(); err != nil {
+	if err := onLastingThread(cmd.Start); err != nil {
 		return explainCloneError(err)
 	}
 	l.cmd = cmd

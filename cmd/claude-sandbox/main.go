@@ -39,6 +39,10 @@ var subcommandHelp = map[string]string{
 }
 
 func main() {
+	// On the main thread until the sandbox's stages are started (see
+	// launch): they are then the children of a thread that lives as long
+	// as the process, with no thread of its own kept for that.
+	runtime.LockOSThread()
 	nsexec.Init()       // a re-executed stage runs here and never returns
 	verify.InitNested() // so does the nested helper of verify's probes
 	// One P, from the start. The launcher carries the jail's traffic on
@@ -277,12 +281,23 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 		nopts.Jail = jail.New(setup, jo)
 	}
+	// Started from the main thread (locked since main began), then let
+	// go: the main thread serves the runtime like any other from now on
+	// (kept, the launcher would hold one thread more for the sandbox's
+	// life).
+	nopts.ForwardSignals = true
+	start := func() (*nsexec.Process, error) {
+		pr, err := nsexec.Start(context.Background(), p, nopts)
+		runtime.UnlockOSThread()
+		return pr, err
+	}
 	var code int
 	if sw != nil {
-		nopts.ForwardSignals = true
-		code, err = runWithStatus(sw, setup, func() (*nsexec.Process, error) { return nsexec.Start(context.Background(), p, nopts) })
+		code, err = runWithStatus(sw, setup, start)
+	} else if pr, serr := start(); serr != nil {
+		code, err = nsexec.StartErrorCode(serr), serr
 	} else {
-		code, err = nsexec.Run(p, nopts)
+		code, err = pr.Wait()
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "claude-sandbox:", err)
