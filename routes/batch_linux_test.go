@@ -65,13 +65,7 @@ func TestApplyBatchesRoutes(t *testing.T) {
 		t.Fatalf("the plan has %d routes; the test wants a real batch", routes)
 	}
 	apply := func(x func(*Netlink) Executor) (table []string) {
-		withLinks(t, func() {
-			nl, err := OpenNetlink()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer nl.Close()
+		withNetlink(t, func(nl *Netlink) {
 			if w, err := Apply(p, x(nl)); err != nil || len(w) != 0 {
 				t.Errorf("Apply: warnings %v, error %v", w, err)
 				return
@@ -86,13 +80,7 @@ func TestApplyBatchesRoutes(t *testing.T) {
 		t.Fatalf("batched routes differ from one-by-one routes:\nbatched %q\nsingle  %q", batched, single)
 	}
 
-	withLinks(t, func() {
-		nl, err := OpenNetlink()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer nl.Close()
+	withNetlink(t, func(nl *Netlink) {
 		bad := Plan{Ops: slices.Clone(p.Ops)}
 		// A punch through a link that does not exist fails softly; a
 		// sink route added twice (EEXIST) fails closed, in the middle
@@ -123,5 +111,19 @@ func TestApplyBatchesRoutes(t *testing.T) {
 		if len(w) != 1 || !errors.As(w[0], &oe) || oe.Op != punch {
 			t.Errorf("warnings %v, want the punch's alone", w)
 		}
+	})
+}
+
+// withNetlink runs f with a Netlink handle in the namespace of withLinks.
+func withNetlink(t *testing.T, f func(*Netlink)) {
+	t.Helper()
+	withLinks(t, func() {
+		nl, err := OpenNetlink()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer nl.Close()
+		f(nl)
 	})
 }

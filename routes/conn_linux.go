@@ -212,15 +212,22 @@ func routeMsg(typ, flags uint16, op Op, seq uint32, link func(string) (uint32, b
 // openRtnetlink opens a route netlink socket in the current network
 // namespace, bound, with a 5 s bound on each wait for the kernel.
 func openRtnetlink() (int, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	return openNetlinkSocket(unix.NETLINK_ROUTE, "rtnetlink socket", "rtnetlink bind")
+}
+
+// openNetlinkSocket opens a netlink socket of protocol proto in the
+// current network namespace, bound, with a 5 s bound on each wait for the
+// kernel; its errors begin with sockWhat or bindWhat.
+func openNetlinkSocket(proto int, sockWhat, bindWhat string) (int, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
 	if err != nil {
-		return -1, fmt.Errorf("rtnetlink socket: %w", err)
+		return -1, fmt.Errorf("%s: %w", sockWhat, err)
 	}
 	tv := unix.Timeval{Sec: 5}
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("rtnetlink bind: %w", err)
+		return -1, fmt.Errorf("%s: %w", bindWhat, err)
 	}
 	return fd, nil
 }
