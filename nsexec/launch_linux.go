@@ -49,6 +49,15 @@ type Options struct {
 	// command, as a command-line tool does; [Run] sets it. Without it
 	// the process's signals are its own, and [Process.Signal] sends one.
 	ForwardSignals bool
+	// ThreadsNeverEnd says that no thread of this process ends while the
+	// sandbox runs (no goroutine locked to its thread returns). The
+	// stages are then started from the calling thread, as it is. Without
+	// it they are started from a thread that lives as long as the process
+	// (the main thread when the caller is on it, else one kept for this),
+	// because their parent-death signal follows the thread that started
+	// them, not the process. The claude-sandbox command sets it; a
+	// program that cannot promise it must leave it unset.
+	ThreadsNeverEnd bool
 	// StageExe is the binary re-executed as the sandbox's stages; empty
 	// means this program itself (/proc/self/exe). A program built with
 	// cgo (which cannot drop privileges on every thread) can name a
@@ -340,7 +349,11 @@ func (l *launch) startStage(flags uintptr, extra ...*os.File) error {
 	if l.cancelErr != nil {
 		return l.cancelErr
 	}
-	if err := onLastingThread(cmd.Start); err != nil {
+	start := cmd.Start
+	if !l.o.ThreadsNeverEnd {
+		start = func() error { return onLastingThread(cmd.Start) }
+	}
+	if err := start(); err != nil {
 		return explainCloneError(err)
 	}
 	l.cmd = cmd
