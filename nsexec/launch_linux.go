@@ -59,6 +59,10 @@ type Options struct {
 	// Logger, when set, receives every stage message the launcher sends
 	// and receives, at debug level (see protocol.go); nil: none.
 	Logger *slog.Logger
+	// Early is init started ahead of the plan by [Prestart]: [Start]
+	// (or [Run]) takes it when it suits the plan, and stops it
+	// otherwise.
+	Early *Early
 }
 
 // Run builds the sandbox described by p, runs its command to the end and
@@ -190,37 +194,61 @@ func initCloneFlags(p *plan.Plan) uintptr {
 	return f
 }
 
-// start creates the stages and runs init up to the command's start.
-func (l *launch) start() (int, error) {
-	p, o := l.p, l.o
-	if o.TTY == TTYAuto {
-		l.term = newTerminal(o.Stdin, o.Stdout, o.Stderr)
+// terminalSetup decides which of the command's fds get a pty and opens
+// the /dev/null the stages get in their place.
+func (l *launch) terminalSetup() error {
+	if l.o.TTY == TTYAuto {
+		l.term = newTerminal(l.o.Stdin, l.o.Stdout, l.o.Stderr)
 	}
-	useTTY := l.term != nil
-	if useTTY {
+	if l.term != nil {
 		// The stages never hold the host terminal: where the command
 		// gets the pty, they get /dev/null.
 		null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 		if err != nil {
-			return ExitSetup, fmt.Errorf("open %s: %w", os.DevNull, err)
+			return fmt.Errorf("open %s: %w", os.DevNull, err)
 		}
 		l.null = null
 	}
+	return nil
+}
+
+// spawnInit starts init directly (no jail) and closes the launcher's
+// copies of its ends of the channels.
+func (l *launch) spawnInit() error {
+	if err := l.startStage(initCloneFlags(l.p), l.initChild, l.fdChild); err != nil {
+		return err
+	}
+	l.setInit(l.cmd.Process.Pid, false)
+	l.initChild.Close()
+	l.fdChild.Close()
+	l.initChild, l.fdChild = nil, nil
+	return nil
+}
+
+// start creates the stages and runs init up to the command's start. With
+// spawned, init was started already (see [Prestart]).
+func (l *launch) start(spawned bool) (int, error) {
+	p := l.p
+	if !spawned {
+		if err := l.terminalSetup(); err != nil {
+			return ExitSetup, err
+		}
+	}
+	useTTY := l.term != nil
 	ch := l.newChannel(l.initParent, "init")
 	l.ich = ch
 	if p.Net == plan.NetJail {
 		if code, err := l.startHolder(); err != nil {
 			return code, err
 		}
-	} else {
-		if err := l.startStage(initCloneFlags(p), l.initChild, l.fdChild); err != nil {
+		l.initChild.Close()
+		l.fdChild.Close()
+		l.initChild, l.fdChild = nil, nil
+	} else if !spawned {
+		if err := l.spawnInit(); err != nil {
 			return ExitSetup, err
 		}
-		l.setInit(l.cmd.Process.Pid, false)
 	}
-	l.initChild.Close()
-	l.fdChild.Close()
-	l.initChild, l.fdChild = nil, nil
 	if p.Net != plan.NetJail {
 		// Our copies of its ends are closed: a stage that exits without
 		// a word is seen at once.

@@ -160,6 +160,14 @@ type runExtras struct {
 // launch builds the plan from opts (with the egress jail's setup when the
 // network is jailed) and either prints it (dryRun) or runs it.
 func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, stderr io.Writer) int {
+	// Without the jail, the sandbox's init starts now, while the plan is
+	// built: it runs nothing until the plan reaches it (nsexec.Prestart),
+	// and is stopped if the launch ends before.
+	var early *nsexec.Early
+	if !dryRun {
+		early = nsexec.Prestart(opts.Net, opts.UID, opts.GID, nsexec.Options{})
+		defer early.Abort()
+	}
 	var sw *statusWriter
 	if x.status != nil {
 		sw = newStatusWriter(x.status, x.statusBlocked)
@@ -224,7 +232,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 		return 0
 	}
-	nopts := nsexec.Options{}
+	nopts := nsexec.Options{Early: early}
 	var logger *slog.Logger
 	if x.debug {
 		l, closeLog, err := debugLogger(x.debugFile, stderr)
