@@ -249,6 +249,16 @@ func (l *launch) start(spawned bool) (int, error) {
 			return ExitSetup, err
 		}
 	}
+	// Encoded while init is still starting, off the launch's path.
+	start := startInit{Plan: p, TTY: useTTY, WaitGo: p.Net == plan.NetJail}
+	if l.term != nil {
+		start.PTYFds = l.term.fds
+		start.Winsize, start.Termios = l.term.state()
+	}
+	startMsg, err := encodeMsg(msgStartInit, start)
+	if err != nil {
+		return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", err))
+	}
 	if p.Net != plan.NetJail {
 		// Our copies of its ends are closed: a stage that exits without
 		// a word is seen at once.
@@ -256,13 +266,7 @@ func (l *launch) start(spawned bool) (int, error) {
 			return ExitSetup, err
 		}
 	}
-
-	start := startInit{Plan: p, TTY: useTTY, WaitGo: p.Net == plan.NetJail}
-	if l.term != nil {
-		start.PTYFds = l.term.fds
-		start.Winsize, start.Termios = l.term.state()
-	}
-	sendErr := ch.send(msgStartInit, start)
+	sendErr := ch.sendEncoded(startMsg)
 	if sendErr != nil && p.Net != plan.NetJail {
 		return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", sendErr))
 	}
