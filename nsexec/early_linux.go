@@ -90,13 +90,9 @@ func (e *Early) Abort() {
 		return
 	}
 	e.taken = true
-	// Closing init's channel ends it (it waits for its start); the kill
-	// makes sure.
+	// Killed before its channel is closed: init, waiting for its start,
+	// would otherwise see the end of the channel and say so on stderr.
 	l := e.l
-	if l.initParent != nil {
-		l.initParent.Close()
-		l.initParent = nil
-	}
 	l.killStages()
 	l.wait()
 	l.closeAll()
