@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,11 +146,18 @@ func start(ctx context.Context, p *plan.Plan, o Options, early *Early) (*Process
 	go func() {
 		pr.code, pr.err = l.supervise(sigs)
 		stopCancel()
-		if sigs != nil {
-			signal.Stop(sigs)
-		}
 		l.closeAll()
 		close(pr.done)
+		// After Wait returns: undoing the forwarding is a round trip to
+		// the runtime's signal thread per signal (about 0.2 ms in all),
+		// which a command-line tool that exits with the status need not
+		// wait for. The command is gone: a signal in between would have
+		// reached nothing either way. (Gosched: with one P, the
+		// goroutine Wait readies runs first, not after the round trips.)
+		if sigs != nil {
+			runtime.Gosched()
+			signal.Stop(sigs)
+		}
 	}()
 	return pr, nil
 }
