@@ -16,6 +16,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	// First: a coverage build's GOCOVERDIR, which the stages inherit
+	// (nsexec's coverDir is read once, at the first stage).
+	_ "github.com/claude-sandbox/claude-sandbox/internal/covrun"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/plan"
 )
