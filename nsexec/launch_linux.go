@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,7 +89,7 @@ type launch struct {
 	holderParent          *os.File // JSON channel with the holder (jail only)
 	hch                   *channel
 	ich                   *channel // init's, once started
-	cmd                   *exec.Cmd
+	cmd                   *stageCmd
 	term                  *terminal
 	null                  *os.File // the stages' stdio in place of a host terminal
 	attached              bool
