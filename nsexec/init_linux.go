@@ -3,8 +3,10 @@ package nsexec
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -101,6 +103,9 @@ func runStage() (code int, ran bool) {
 		fmt.Fprintln(os.Stderr, "claude-sandbox: stage channel:", err)
 		return ExitSetup, true
 	}
+	// While the launcher answers: a start message's first decoding is
+	// mostly the building of its types' decoders, once per process.
+	warmStartDecoders()
 	m, err := ch.recv()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "claude-sandbox: stage channel: no start message:", err)
@@ -456,4 +461,22 @@ func markCloseOnExec(closeRange func() error, fdDir string) error {
 		}
 	}
 	return nil
+}
+
+// startSample is a start-init message with a field of every type that
+// needs a decoder of its own.
+const startSample = `{"kind":"start-init","body":{"plan":{"argv":["a"],"env":["a=b"],"dir":"/","dirStrict":true,"uid":1,"gid":1,"hostname":"h","net":"none","egress":{},"mounts":[{"kind":"bind","src":"/","dst":"/","mode":"0755","optional":true,"exact":true}],"hostRoot":true,"pidsLimit":1},"tty":true,"ptyFds":[0],"winsize":{"Row":1},"termios":{"Iflag":1},"waitGo":true}}`
+
+// warmStartDecoders decodes startSample the way the channel decodes a
+// start, into values thrown away: the decoders it builds make the real
+// start's decoding a parse only. Nothing of it is used.
+func warmStartDecoders() {
+	c := newChannel(struct {
+		io.Reader
+		io.Writer
+	}{strings.NewReader(startSample), io.Discard}, "sample")
+	if e, err := c.recv(); err == nil {
+		var s startInit
+		_ = c.decode(e, &s)
+	}
 }

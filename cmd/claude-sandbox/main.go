@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claude-sandbox/claude-sandbox/cmd/claude-sandbox/internal/earlyinit"
 	_ "github.com/claude-sandbox/claude-sandbox/internal/covrun" // a coverage build's GOCOVERDIR (tests only)
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
@@ -58,7 +59,9 @@ func main() {
 	if filepath.Base(os.Args[0]) == "claude" {
 		os.Exit(shadowMain(os.Args[1:], false, os.Stdout, os.Stderr))
 	}
-	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+	code := realMain(os.Args[1:], os.Stdout, os.Stderr)
+	earlyinit.Abort() // a `run` that never reached the sandbox
+	os.Exit(code)
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
@@ -174,6 +177,16 @@ type runExtras struct {
 // launch builds the plan from opts (with the egress jail's setup when the
 // network is jailed) and either prints it (dryRun) or runs it.
 func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, stderr io.Writer) int {
+	// Without the jail, the sandbox's init starts now, while the plan is
+	// built: it runs nothing until the plan reaches it (nsexec.Prestart),
+	// and is stopped if the launch ends before.
+	var early *nsexec.Early
+	if !dryRun {
+		if early = earlyinit.Take(); early == nil {
+			early = nsexec.Prestart(opts.Net, opts.UID, opts.GID, nsexec.Options{})
+		}
+		defer early.Abort()
+	}
 	var sw *statusWriter
 	if x.status != nil {
 		sw = newStatusWriter(x.status, x.statusBlocked)
@@ -238,7 +251,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 		return 0
 	}
-	nopts := nsexec.Options{}
+	nopts := nsexec.Options{Early: early}
 	var logger *slog.Logger
 	if x.debug {
 		l, closeLog, err := debugLogger(x.debugFile, stderr)
