@@ -69,13 +69,22 @@ func (j *Jail) watch(sock *os.File) {
 		j.failClosed(fmt.Errorf("watch the host's network: %w", err))
 		return
 	}
-	buf := make([]byte, 1<<16)
-	// recv reads one datagram; wait says whether to wait for one.
+	// recv reads one datagram; wait says whether to wait for one. No
+	// buffer is held while it waits (for the sandbox's life, mostly): it
+	// learns the datagram's length first (MSG_PEEK|MSG_TRUNC returns it
+	// whole), then reads it into a buffer of that size. Host network
+	// changes are rare; the bytes are garbage once described.
+	var buf []byte
 	recv := func(wait bool) (int, error) {
 		var n int
 		var rerr error
 		err := rc.Read(func(fd uintptr) bool {
-			n, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+			buf = nil
+			n, _, rerr = unix.Recvfrom(int(fd), nil, unix.MSG_DONTWAIT|unix.MSG_PEEK|unix.MSG_TRUNC)
+			if rerr == nil {
+				buf = make([]byte, max(n, 1))
+				n, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+			}
 			return !(wait && errors.Is(rerr, unix.EAGAIN))
 		})
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"os"
 
+	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -31,6 +32,13 @@ type sink struct {
 }
 
 func (s *sink) run() {
+	// The buffer comes with the first packet: most sandboxes never send
+	// one to a blocked range, and it would be held for their life. Until
+	// then the reader waits for readability with a poll that reads
+	// nothing.
+	if !s.waitFirst() {
+		return
+	}
 	buf := make([]byte, 65536)
 	for {
 		n, err := s.dev.Read(buf)
@@ -41,6 +49,21 @@ func (s *sink) run() {
 			_, _ = s.dev.Write(reply)
 		}
 	}
+}
+
+// waitFirst waits in Go's poller until the device has a packet (or an
+// error) to read, and reports false if the device was closed meanwhile.
+func (s *sink) waitFirst() bool {
+	rc, err := s.dev.SyscallConn()
+	if err != nil {
+		return true // Read will tell
+	}
+	err = rc.Read(func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 0)
+		return n != 0 || (err != nil && err != unix.EINTR)
+	})
+	return err == nil
 }
 
 func addrOf(a tcpip.Address) netip.Addr {

@@ -22,7 +22,9 @@
 //
 // [Run] runs a plan to its end; [Start] is the same in two halves (it
 // returns a [Process] once the command runs, to wait for, signal, kill or
-// cancel through its context). Programs should embed the sandbox through
+// cancel through its context). [Prestart] clones init before the plan is
+// built (without the jail), so the two overlap; Start takes that init only
+// when it suits the plan. Programs should embed the sandbox through
 // package sandbox, which builds the plan and the jail for them.
 //
 // A process that is root on the host ([CallerIsHostRoot]) must hand [Run]

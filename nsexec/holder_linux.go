@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -104,13 +103,13 @@ var stageEnv = []string{"GOMAXPROCS=1"}
 // namespaces, keeping the caller's uid and gid and carrying its
 // capabilities (valid only inside the new user namespace) across exec.
 // extra become fds 3, 4, ...
-func stageCommand(flags uintptr, uid, gid int, extra []*os.File, stdin, stdout, stderr *os.File) (*exec.Cmd, error) {
+func stageCommand(flags uintptr, uid, gid int, extra []*os.File, stdin, stdout, stderr *os.File) (*stageCmd, error) {
 	ambient, err := allCaps()
 	if err != nil {
 		return nil, fmt.Errorf("read the kernel's capability count: %w", err)
 	}
 	env, extra := coverStage(stageEnv, extra) // a coverage run's only (cover_linux.go)
-	return &exec.Cmd{
+	return &stageCmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{stageMarker},
 		Env:        env,
@@ -128,17 +127,6 @@ func stageCommand(flags uintptr, uid, gid int, extra []*os.File, stdin, stdout, 
 			Setsid:                     true,
 		},
 	}, nil
-}
-
-func exitCode(ps *os.ProcessState) int {
-	if ps == nil {
-		return ExitSetup
-	}
-	ws, ok := ps.Sys().(syscall.WaitStatus)
-	if !ok {
-		return ExitSetup
-	}
-	return statusCode(unix.WaitStatus(ws))
 }
 
 // sendFD passes fd over the SEQPACKET socket sock, tagged.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +48,15 @@ type Options struct {
 	// command, as a command-line tool does; [Run] sets it. Without it
 	// the process's signals are its own, and [Process.Signal] sends one.
 	ForwardSignals bool
+	// ThreadsNeverEnd says that no thread of this process ends while the
+	// sandbox runs (no goroutine locked to its thread returns). The
+	// stages are then started from the calling thread, as it is. Without
+	// it they are started from a thread that lives as long as the process
+	// (the main thread when the caller is on it, else one kept for this),
+	// because their parent-death signal follows the thread that started
+	// them, not the process. The claude-sandbox command sets it; a
+	// program that cannot promise it must leave it unset.
+	ThreadsNeverEnd bool
 	// StageExe is the binary re-executed as the sandbox's stages; empty
 	// means this program itself (/proc/self/exe). A program built with
 	// cgo (which cannot drop privileges on every thread) can name a
@@ -59,6 +67,10 @@ type Options struct {
 	// Logger, when set, receives every stage message the launcher sends
 	// and receives, at debug level (see protocol.go); nil: none.
 	Logger *slog.Logger
+	// Early is init started ahead of the plan by [Prestart]: [Start]
+	// (or [Run]) takes it when it suits the plan, and stops it
+	// otherwise.
+	Early *Early
 }
 
 // Run builds the sandbox described by p, runs its command to the end and
@@ -86,7 +98,7 @@ type launch struct {
 	holderParent          *os.File // JSON channel with the holder (jail only)
 	hch                   *channel
 	ich                   *channel // init's, once started
-	cmd                   *exec.Cmd
+	cmd                   *stageCmd
 	term                  *terminal
 	null                  *os.File // the stages' stdio in place of a host terminal
 	attached              bool
@@ -190,37 +202,71 @@ func initCloneFlags(p *plan.Plan) uintptr {
 	return f
 }
 
-// start creates the stages and runs init up to the command's start.
-func (l *launch) start() (int, error) {
-	p, o := l.p, l.o
-	if o.TTY == TTYAuto {
-		l.term = newTerminal(o.Stdin, o.Stdout, o.Stderr)
+// terminalSetup decides which of the command's fds get a pty and opens
+// the /dev/null the stages get in their place.
+func (l *launch) terminalSetup() error {
+	if l.o.TTY == TTYAuto {
+		l.term = newTerminal(l.o.Stdin, l.o.Stdout, l.o.Stderr)
 	}
-	useTTY := l.term != nil
-	if useTTY {
+	if l.term != nil {
 		// The stages never hold the host terminal: where the command
 		// gets the pty, they get /dev/null.
 		null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 		if err != nil {
-			return ExitSetup, fmt.Errorf("open %s: %w", os.DevNull, err)
+			return fmt.Errorf("open %s: %w", os.DevNull, err)
 		}
 		l.null = null
 	}
+	return nil
+}
+
+// spawnInit starts init directly (no jail) and closes the launcher's
+// copies of its ends of the channels.
+func (l *launch) spawnInit() error {
+	if err := l.startStage(initCloneFlags(l.p), l.initChild, l.fdChild); err != nil {
+		return err
+	}
+	l.setInit(l.cmd.Process.Pid, false)
+	l.initChild.Close()
+	l.fdChild.Close()
+	l.initChild, l.fdChild = nil, nil
+	return nil
+}
+
+// start creates the stages and runs init up to the command's start. With
+// spawned, init was started already (see [Prestart]).
+func (l *launch) start(spawned bool) (int, error) {
+	p := l.p
+	if !spawned {
+		if err := l.terminalSetup(); err != nil {
+			return ExitSetup, err
+		}
+	}
+	useTTY := l.term != nil
 	ch := l.newChannel(l.initParent, "init")
 	l.ich = ch
 	if p.Net == plan.NetJail {
 		if code, err := l.startHolder(); err != nil {
 			return code, err
 		}
-	} else {
-		if err := l.startStage(initCloneFlags(p), l.initChild, l.fdChild); err != nil {
+		l.initChild.Close()
+		l.fdChild.Close()
+		l.initChild, l.fdChild = nil, nil
+	} else if !spawned {
+		if err := l.spawnInit(); err != nil {
 			return ExitSetup, err
 		}
-		l.setInit(l.cmd.Process.Pid, false)
 	}
-	l.initChild.Close()
-	l.fdChild.Close()
-	l.initChild, l.fdChild = nil, nil
+	// Encoded while init is still starting, off the launch's path.
+	start := startInit{Plan: p, TTY: useTTY, WaitGo: p.Net == plan.NetJail}
+	if l.term != nil {
+		start.PTYFds = l.term.fds
+		start.Winsize, start.Termios = l.term.state()
+	}
+	startMsg, err := encodeMsg(msgStartInit, start)
+	if err != nil {
+		return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", err))
+	}
 	if p.Net != plan.NetJail {
 		// Our copies of its ends are closed: a stage that exits without
 		// a word is seen at once.
@@ -228,13 +274,7 @@ func (l *launch) start() (int, error) {
 			return ExitSetup, err
 		}
 	}
-
-	start := startInit{Plan: p, TTY: useTTY, WaitGo: p.Net == plan.NetJail}
-	if l.term != nil {
-		start.PTYFds = l.term.fds
-		start.Winsize, start.Termios = l.term.state()
-	}
-	sendErr := ch.send(msgStartInit, start)
+	sendErr := ch.sendEncoded(startMsg)
 	if sendErr != nil && p.Net != plan.NetJail {
 		return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", sendErr))
 	}
@@ -340,7 +380,11 @@ func (l *launch) startStage(flags uintptr, extra ...*os.File) error {
 	if l.cancelErr != nil {
 		return l.cancelErr
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if !l.o.ThreadsNeverEnd {
+		start = func() error { return onLastingThread(cmd.Start) }
+	}
+	if err := start(); err != nil {
 		return explainCloneError(err)
 	}
 	l.cmd = cmd

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,12 +58,18 @@ type Process struct {
 //
 // Call [Process.Wait] to learn how it ended and release its resources.
 func Start(ctx context.Context, p *plan.Plan, o Options) (*Process, error) {
-	if len(os.Args) > 0 && os.Args[0] == stageMarker {
-		// This process was re-executed to run a stage but its main did
-		// not call Init: starting a sandbox from here would re-execute
-		// it again, and again.
-		return nil, &StartError{ExitSetup, errors.New("this process was started as a sandbox stage, but main did not call sandbox.Init() (or nsexec.Init()) first: add it as the first statement of main")}
+	early := o.Early
+	o.Early = nil
+	pr, err := start(ctx, p, o, early)
+	if err != nil {
+		early.Abort() // unless it was taken: then the launch stopped it
 	}
+	return pr, err
+}
+
+// withDefaults fills in the process's own stdio and the default warning
+// printer.
+func (o *Options) withDefaults() {
 	if o.Stdin == nil {
 		o.Stdin = os.Stdin
 	}
@@ -76,6 +83,16 @@ func Start(ctx context.Context, p *plan.Plan, o Options) (*Process, error) {
 		stderr := o.Stderr
 		o.Warn = func(s string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", s) }
 	}
+}
+
+func start(ctx context.Context, p *plan.Plan, o Options, early *Early) (*Process, error) {
+	if len(os.Args) > 0 && os.Args[0] == stageMarker {
+		// This process was re-executed to run a stage but its main did
+		// not call Init: starting a sandbox from here would re-execute
+		// it again, and again.
+		return nil, &StartError{ExitSetup, errors.New("this process was started as a sandbox stage, but main did not call sandbox.Init() (or nsexec.Init()) first: add it as the first statement of main")}
+	}
+	o.withDefaults()
 	if !p.HostRoot && CallerIsHostRoot() {
 		return nil, &StartError{ExitSetup, errors.New("this process is root on the host but the plan was built without plan.Options.HostRoot: the sandbox's uid 0 would be host root with a writable /proc/sys; build the plan with HostRoot set to nsexec.CallerIsHostRoot()")}
 	}
@@ -93,7 +110,11 @@ func Start(ctx context.Context, p *plan.Plan, o Options) (*Process, error) {
 		sigs = make(chan os.Signal, 8)
 		signal.Notify(sigs, forwardedSignals...)
 	}
-	l := &launch{p: p, o: o, initFD: -1}
+	// init started ahead of the plan, if it suits it; else a new one.
+	l, spawned := early.take(p, o)
+	if l == nil {
+		l = &launch{p: p, o: o, initFD: -1}
+	}
 	stopCancel := context.AfterFunc(ctx, func() { l.kill(ctx.Err()) })
 	fail := func(code int, err error) (*Process, error) {
 		stopCancel()
@@ -103,10 +124,12 @@ func Start(ctx context.Context, p *plan.Plan, o Options) (*Process, error) {
 		l.closeAll()
 		return nil, &StartError{code, err}
 	}
-	if err := l.channels(); err != nil {
-		return fail(ExitSetup, err)
+	if !spawned {
+		if err := l.channels(); err != nil {
+			return fail(ExitSetup, err)
+		}
 	}
-	code, err := l.start()
+	code, err := l.start(spawned)
 	if err == nil {
 		// Cancelled at the very end of the start: the kill may have come
 		// before the command existed; the run ends at once.
@@ -123,11 +146,18 @@ func Start(ctx context.Context, p *plan.Plan, o Options) (*Process, error) {
 	go func() {
 		pr.code, pr.err = l.supervise(sigs)
 		stopCancel()
-		if sigs != nil {
-			signal.Stop(sigs)
-		}
 		l.closeAll()
 		close(pr.done)
+		// After Wait returns: undoing the forwarding is a round trip to
+		// the runtime's signal thread per signal (about 0.2 ms in all),
+		// which a command-line tool that exits with the status need not
+		// wait for. The command is gone: a signal in between would have
+		// reached nothing either way. (Gosched: with one P, the
+		// goroutine Wait readies runs first, not after the round trips.)
+		if sigs != nil {
+			runtime.Gosched()
+			signal.Stop(sigs)
+		}
 	}()
 	return pr, nil
 }

@@ -175,7 +175,7 @@ type envelope struct {
 // channel is one end of a stage's JSON socket.
 type channel struct {
 	peer string // who is at the other end: "init", "holder", "launcher"
-	enc  *json.Encoder
+	w    io.Writer
 	dec  *json.Decoder
 	// log receives each message sent and received, at debug level (the
 	// launcher's channels; nil: none).
@@ -186,21 +186,46 @@ type channel struct {
 }
 
 func newChannel(rw io.ReadWriter, peer string) *channel {
-	return &channel{peer: peer, enc: json.NewEncoder(rw), dec: json.NewDecoder(rw)}
+	return &channel{peer: peer, w: rw, dec: json.NewDecoder(rw)}
 }
 
 // send sends a message of kind with body (nil for none).
 func (c *channel) send(kind msgKind, body any) error {
+	m, err := encodeMsg(kind, body)
+	if err != nil {
+		return err
+	}
+	return c.sendEncoded(m)
+}
+
+// encodedMsg is a message encoded ahead of its sending (the launcher
+// encodes init's start while init is still starting).
+type encodedMsg struct {
+	e    envelope
+	wire []byte // the envelope's JSON and a newline
+}
+
+func encodeMsg(kind msgKind, body any) (*encodedMsg, error) {
 	e := envelope{Kind: kind}
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return fmt.Errorf("encode %s: %w", kind, err)
+			return nil, fmt.Errorf("encode %s: %w", kind, err)
 		}
 		e.Body = b
 	}
-	c.debug("stage message sent", e)
-	return c.enc.Encode(e)
+	wire, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", kind, err)
+	}
+	return &encodedMsg{e: e, wire: append(wire, '\n')}, nil
+}
+
+// sendEncoded sends a message encodeMsg made.
+func (c *channel) sendEncoded(m *encodedMsg) error {
+	c.debug("stage message sent", m.e)
+	_, err := c.w.Write(m.wire)
+	return err
 }
 
 // recv reads the next message, whatever its kind.

@@ -70,15 +70,9 @@ func OpenSockets(links ...string) (Sockets, error) {
 		}
 		s.Links[name] = uint32(ifc.Index)
 	}
-	rt, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	rt, err := openRtnetlink()
 	if err != nil {
-		return s, fmt.Errorf("rtnetlink socket: %w", err)
-	}
-	tv := unix.Timeval{Sec: 5}
-	_ = unix.SetsockoptTimeval(rt, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	if err := unix.Bind(rt, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		unix.Close(rt)
-		return s, fmt.Errorf("rtnetlink bind: %w", err)
+		return s, err
 	}
 	nf, err := openNetfilter()
 	if err != nil {
@@ -151,8 +145,32 @@ func withFD(file *os.File, f func(int) error) error {
 
 // route sends one route message for op and waits for the kernel's ack.
 func (c *Conn) route(typ uint16, flags uint16, op Op) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	msg, err := routeMsg(typ, flags, op, c.seq+1, func(name string) (uint32, bool) {
+		idx, ok := c.links[name]
+		return idx, ok
+	})
+	if err != nil {
+		return err
+	}
+	return withFD(c.rt, func(fd int) error {
+		drain(fd)
+		c.seq++
+		if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+			return err
+		}
+		return awaitAck(fd, c.seq)
+	})
+}
+
+// routeMsg encodes the rtnetlink message of a route operation (typ
+// RTM_NEWROUTE or RTM_DELROUTE, with flags), numbered seq and asking for
+// an ack; link gives a link's index by name. One encoder for the setup's
+// routes (Netlink.ExecRoutes) and the live updates (Conn).
+func routeMsg(typ, flags uint16, op Op, seq uint32, link func(string) (uint32, bool)) ([]byte, error) {
 	if !op.Prefix.IsValid() {
-		return fmt.Errorf("invalid destination %v", op.Prefix)
+		return nil, fmt.Errorf("invalid destination %v", op.Prefix)
 	}
 	fam, alen := uint8(unix.AF_INET), 4
 	if op.Prefix.Addr().Is6() {
@@ -166,16 +184,16 @@ func (c *Conn) route(typ uint16, flags uint16, op Op) error {
 	var oif uint32
 	switch op.Kind {
 	case OpDefault, OpPunch, OpSink:
-		idx, ok := c.links[op.Link]
+		idx, ok := link(op.Link)
 		if !ok {
-			return fmt.Errorf("no link %s", op.Link)
+			return nil, fmt.Errorf("no link %s", op.Link)
 		}
 		rtype, oif = unix.RTN_UNICAST, idx
 		if typ != unix.RTM_DELROUTE {
 			scope = unix.RT_SCOPE_LINK // as ip(8) does for a route without a gateway
 		}
 	default:
-		return fmt.Errorf("not a route operation: %v", op.Kind)
+		return nil, fmt.Errorf("not a route operation: %v", op.Kind)
 	}
 	// struct rtmsg, then RTA_DST and RTA_OIF.
 	body := []byte{fam, uint8(op.Prefix.Bits()), 0, 0, unix.RT_TABLE_MAIN, unix.RTPROT_BOOT, scope, rtype, 0, 0, 0, 0}
@@ -183,29 +201,57 @@ func (c *Conn) route(typ uint16, flags uint16, op Op) error {
 	if oif != 0 {
 		body = append(body, rtattr(unix.RTA_OIF, binary.NativeEndian.AppendUint32(nil, oif))...)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return withFD(c.rt, func(fd int) error {
-		drain(fd)
-		c.seq++
-		seq := c.seq
-		msg := binary.NativeEndian.AppendUint32(nil, uint32(unix.NLMSG_HDRLEN+len(body)))
-		msg = binary.NativeEndian.AppendUint16(msg, typ)
-		msg = binary.NativeEndian.AppendUint16(msg, unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags)
-		msg = binary.NativeEndian.AppendUint32(msg, seq)
-		msg = binary.NativeEndian.AppendUint32(msg, 0)
-		msg = append(msg, body...)
-		if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-			return err
-		}
-		return awaitAck(fd, seq)
-	})
+	msg := binary.NativeEndian.AppendUint32(nil, uint32(unix.NLMSG_HDRLEN+len(body)))
+	msg = binary.NativeEndian.AppendUint16(msg, typ)
+	msg = binary.NativeEndian.AppendUint16(msg, unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags)
+	msg = binary.NativeEndian.AppendUint32(msg, seq)
+	msg = binary.NativeEndian.AppendUint32(msg, 0)
+	return append(msg, body...), nil
+}
+
+// openRtnetlink opens a route netlink socket in the current network
+// namespace, bound, with a 5 s bound on each wait for the kernel.
+func openRtnetlink() (int, error) {
+	return openNetlinkSocket(unix.NETLINK_ROUTE, "rtnetlink socket", "rtnetlink bind")
+}
+
+// openNetlinkSocket opens a netlink socket of protocol proto in the
+// current network namespace, bound, with a 5 s bound on each wait for the
+// kernel; its errors begin with sockWhat or bindWhat.
+func openNetlinkSocket(proto int, sockWhat, bindWhat string) (int, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return -1, fmt.Errorf("%s: %w", sockWhat, err)
+	}
+	tv := unix.Timeval{Sec: 5}
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s: %w", bindWhat, err)
+	}
+	return fd, nil
 }
 
 // awaitAck waits for the kernel's answer to message seq on fd.
 func awaitAck(fd int, seq uint32) error {
+	var got error
+	done := false
+	if err := awaitAcks(fd, func(s uint32, e error) {
+		if s == seq {
+			got, done = e, true
+		}
+	}, func() bool { return done }); err != nil {
+		return err
+	}
+	return got
+}
+
+// awaitAcks reads the kernel's answers on fd, telling each (its sequence
+// number and error, nil for success) to answer, until done; it fails only
+// when the socket does (or on a malformed answer).
+func awaitAcks(fd int, answer func(seq uint32, err error), done func() bool) error {
 	rb := make([]byte, 1<<13)
-	for {
+	for !done() {
 		n, _, err := unix.Recvfrom(fd, rb, 0)
 		if err == unix.EINTR {
 			continue // see sendBatch
@@ -218,18 +264,20 @@ func awaitAck(fd int, seq uint32) error {
 			return err
 		}
 		for _, m := range nms {
-			if m.Header.Type != unix.NLMSG_ERROR || m.Header.Seq != seq {
+			if m.Header.Type != unix.NLMSG_ERROR {
 				continue
 			}
 			if len(m.Data) < 4 {
 				return errors.New("short netlink error")
 			}
+			var e error
 			if code := int32(binary.NativeEndian.Uint32(m.Data[:4])); code != 0 {
-				return unix.Errno(-code)
+				e = unix.Errno(-code)
 			}
-			return nil
+			answer(m.Header.Seq, e)
 		}
 	}
+	return nil
 }
 
 // rtattr encodes one rtnetlink attribute, padded to 4 bytes.

@@ -15,6 +15,8 @@ import (
 type Netlink struct {
 	h     *netlink.Handle
 	links map[string]netlink.Link // by name: one lookup per link, not per route
+	rt    int                     // a raw rtnetlink socket for ExecRoutes, once opened; else -1
+	seq   uint32
 }
 
 // OpenNetlink opens a netlink handle in the calling thread's current
@@ -24,11 +26,77 @@ func OpenNetlink() (*Netlink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open netlink: %w", err)
 	}
-	return &Netlink{h: h, links: map[string]netlink.Link{}}, nil
+	return &Netlink{h: h, links: map[string]netlink.Link{}, rt: -1}, nil
 }
 
 // Close releases the handle.
-func (n *Netlink) Close() { n.h.Close() }
+func (n *Netlink) Close() {
+	n.h.Close()
+	if n.rt >= 0 {
+		unix.Close(n.rt)
+		n.rt = -1
+	}
+}
+
+// ExecRoutes adds the routes of route operations in one exchange with
+// the kernel: every message in one send, then every ack (a jailed launch
+// adds about 66 routes, and a round trip each took 0.8-1.5 ms of it).
+// The messages are the live updates' own (routeMsg). errs[i] is ops[i]'s
+// failure, or nil.
+func (n *Netlink) ExecRoutes(ops []Op) []error {
+	errs := make([]error, len(ops))
+	fail := func(err error) []error {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	if n.rt < 0 {
+		fd, err := openRtnetlink()
+		if err != nil {
+			return fail(err)
+		}
+		n.rt = fd
+	}
+	link := func(name string) (uint32, bool) {
+		l, err := n.link(name)
+		if err != nil {
+			return 0, false
+		}
+		return uint32(l.Attrs().Index), true
+	}
+	var buf []byte
+	pending := map[uint32]int{}
+	for i, op := range ops {
+		msg, err := routeMsg(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, op, n.seq+1, link)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		n.seq++
+		pending[n.seq] = i
+		buf = append(buf, msg...)
+	}
+	if len(pending) == 0 {
+		return errs
+	}
+	drain(n.rt)
+	if err := unix.Sendto(n.rt, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fail(err)
+	}
+	err := awaitAcks(n.rt, func(seq uint32, e error) {
+		if i, ok := pending[seq]; ok {
+			errs[i] = e
+			delete(pending, seq)
+		}
+	}, func() bool { return len(pending) == 0 })
+	for _, i := range pending {
+		errs[i] = err // unanswered
+	}
+	return errs
+}
 
 // link returns the named link. The index it carries stays valid: links
 // are only configured here, never re-created.

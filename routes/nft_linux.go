@@ -68,17 +68,7 @@ func installFilterOn(fd int, seq *uint32, f *Filter, oif, sink uint32) error {
 // openNetfilter opens a netfilter netlink socket in the current network
 // namespace, bound, with a 5 s bound on each wait for the kernel.
 func openNetfilter() (int, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
-	if err != nil {
-		return -1, fmt.Errorf("filter: netfilter netlink socket: %w", err)
-	}
-	tv := unix.Timeval{Sec: 5}
-	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("filter: bind: %w", err)
-	}
-	return fd, nil
+	return openNetlinkSocket(unix.NETLINK_NETFILTER, "filter: netfilter netlink socket", "filter: bind")
 }
 
 // sendBatch sends one netfilter transaction on fd and waits for every

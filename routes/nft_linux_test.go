@@ -22,6 +22,32 @@ import (
 // and a sink "blk0" for 10.0.0.0/8. The thread is discarded afterwards.
 func inFreshNetns(t *testing.T, f func()) {
 	t.Helper()
+	withLinks(t, func() {
+		pol := netpolicy.MustNew(netpolicy.Config{})
+		p, err := BuildPlan(pol, Config{TUN: "tun0", Sink: "blk0", Addr4: netip.MustParsePrefix("192.0.2.2/32"), Addr6: netip.MustParsePrefix("fdc5::2/128")})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		nl, err := OpenNetlink()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer nl.Close()
+		if _, err := Apply(p, nl); err != nil {
+			t.Error(err)
+			return
+		}
+		f()
+	})
+}
+
+// withLinks runs f on a locked thread moved into a new network namespace
+// holding two TUN links, "tun0" and "blk0", not configured. The thread is
+// discarded afterwards.
+func withLinks(t *testing.T, f func()) {
+	t.Helper()
 	testutil.NeedsRoot(t)
 	testutil.NeedsTUN(t)
 	done := make(chan struct{})
@@ -52,22 +78,6 @@ func inFreshNetns(t *testing.T, f func()) {
 				return
 			}
 			keep = append(keep, os.NewFile(uintptr(fd), name))
-		}
-		pol := netpolicy.MustNew(netpolicy.Config{})
-		p, err := BuildPlan(pol, Config{TUN: "tun0", Sink: "blk0", Addr4: netip.MustParsePrefix("192.0.2.2/32"), Addr6: netip.MustParsePrefix("fdc5::2/128")})
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		nl, err := OpenNetlink()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer nl.Close()
-		if _, err := Apply(p, nl); err != nil {
-			t.Error(err)
-			return
 		}
 		f()
 	}()

@@ -77,6 +77,9 @@ type Op struct {
 // error: true only for punches.
 func (o Op) FailSoft() bool { return o.Kind == OpPunch }
 
+// isRoute reports whether the op adds a route.
+func (o Op) isRoute() bool { return o.Kind == OpDefault || o.Kind == OpPunch || o.Kind == OpSink }
+
 // String renders the op in the style of ip(8), e.g.
 // "route add 10.0.0.0/8 dev blk0" or "link set tun0 up".
 func (o Op) String() string {

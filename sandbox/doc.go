@@ -34,6 +34,14 @@
 // claude-sandbox binary is one) built from the same version of this
 // module.
 //
+// [Start] may be called from any goroutine, one locked to its thread
+// included (to enter a network namespace first, say) that returns
+// afterwards and so ends its thread: the sandbox dies with the program,
+// never with the thread that started it. (The stages' parent-death
+// signal follows a thread, so the engine starts them from one that
+// lives as long as the process: the main thread, or one it keeps for
+// that, started at the first [Start] from another thread.)
+//
 // # Cancellation
 //
 // Cancelling the context given to [Start] kills the sandbox: its init, the

@@ -45,28 +45,36 @@ type blockItem struct {
 	flushed chan struct{}
 }
 
-// blockQueue is the stack's side of the queue.
+// blockQueue is the stack's side of the queue. Its records are held in a
+// slice that grows as records come (a full queue is about 100 kB, most
+// sandboxes never queue one) and is let go once a burst of more than
+// blockQueueKeep records has been delivered.
 type blockQueue struct {
-	ch      chan blockItem
 	dropped atomic.Uint64
-	// The token bucket. Flows are refused on the event loop and on
-	// gVisor's dispatch path, so it is locked; the section is a few
-	// arithmetic operations, never a wait on anything else.
+	ready   chan struct{} // one token: records were queued
+	// The token bucket and the queue. Flows are refused on the event
+	// loop and on gVisor's dispatch path, so it is locked; the section is
+	// a few arithmetic operations and an append, never a wait on
+	// anything else.
 	mu     sync.Mutex
 	tokens float64
 	last   time.Time
+	items  []blockItem // queued from head on, oldest first
+	head   int
 }
 
+// blockQueueKeep: a queue drained with a backing array larger than this
+// many records gives it up.
+const blockQueueKeep = 16
+
 func newBlockQueue() *blockQueue {
-	return &blockQueue{ch: make(chan blockItem, blockQueueLen), tokens: blockBurst}
+	return &blockQueue{ready: make(chan struct{}, 1), tokens: blockBurst}
 }
 
 // take reports whether a record at now may be queued (a token was
 // available), refilling the bucket first. A clock that goes backwards
-// refills nothing.
+// refills nothing. q.mu is held.
 func (q *blockQueue) take(now time.Time) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
 	if !q.last.IsZero() && now.After(q.last) {
 		q.tokens = min(blockBurst, q.tokens+now.Sub(q.last).Seconds()*BlockRecordRate)
 	}
@@ -80,17 +88,60 @@ func (q *blockQueue) take(now time.Time) bool {
 	return true
 }
 
+// push queues it (q.mu held), moving the queued records to the front of
+// the array first when it is full and they do not start there.
+func (q *blockQueue) push(it blockItem) {
+	if q.head > 0 && len(q.items) == cap(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	q.items = append(q.items, it)
+}
+
+// signal tells the deliverer that records were queued.
+func (q *blockQueue) signal() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
 // offer queues b for OnBlock, or counts it dropped; it never blocks.
 func (q *blockQueue) offer(b netpolicy.Block) {
-	if !q.take(b.Time) {
+	q.mu.Lock()
+	ok := q.take(b.Time)
+	if ok && len(q.items)-q.head >= blockQueueLen {
+		ok = false
+	}
+	if ok {
+		q.push(blockItem{b: b})
+	}
+	q.mu.Unlock()
+	if !ok {
 		q.dropped.Add(1)
 		return
 	}
-	select {
-	case q.ch <- blockItem{b: b}:
-	default:
-		q.dropped.Add(1)
+	q.signal()
+}
+
+// pop takes the oldest queued item, if any.
+func (q *blockQueue) pop() (blockItem, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.head == len(q.items) {
+		return blockItem{}, false
 	}
+	it := q.items[q.head]
+	q.items[q.head] = blockItem{}
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+		if cap(q.items) > blockQueueKeep {
+			q.items = nil
+		}
+	}
+	return it, true
 }
 
 // RecordBlock records a refused flow as the stack records its own: b,
@@ -122,17 +173,19 @@ func (st *Stack) deliverBlocks() {
 		}
 	}
 	for {
-		select {
-		case it := <-st.blocks.ch:
+		if it, ok := st.blocks.pop(); ok {
 			deliver(it)
+			continue
+		}
+		select {
+		case <-st.blocks.ready:
 		case <-st.ctx.Done():
 			for {
-				select {
-				case it := <-st.blocks.ch:
-					deliver(it)
-				default:
+				it, ok := st.blocks.pop()
+				if !ok {
 					return
 				}
+				deliver(it)
 			}
 		}
 	}
@@ -142,12 +195,14 @@ func (st *Stack) deliverBlocks() {
 // delivered to OnBlock (or the stack has closed). Tests use it; it may
 // block, so never call it from the event loop.
 func (st *Stack) flushBlocks() {
-	done := make(chan struct{})
-	select {
-	case st.blocks.ch <- blockItem{flushed: done}:
-	case <-st.ctx.Done():
+	if st.ctx.Err() != nil {
 		return
 	}
+	done := make(chan struct{})
+	st.blocks.mu.Lock()
+	st.blocks.push(blockItem{flushed: done}) // not bounded: tests only
+	st.blocks.mu.Unlock()
+	st.blocks.signal()
 	select {
 	case <-done:
 	case <-st.ctx.Done():

@@ -172,7 +172,6 @@ type Stack struct {
 	pings   chan struct{} // a slot per proxied echo in flight
 	work    *workers
 	poll    *poller // the event loop: the TUN and every host socket
-	udpBuf  []byte  // the loop's buffer for UDP replies
 	// The loop's reply source address (recvfrom's, on the heap: no
 	// allocation per reply).
 	udpFrom    unix.RawSockaddrAny

@@ -270,8 +270,12 @@ const (
 	tcpClosed                      // gone: nothing more is sent or relayed
 )
 
-// readBuffers recycles the 64 KiB buffers host data is read into.
-var readBuffers = sync.Pool{New: func() any { b := make([]byte, tcpReadMax); return &b }}
+// readBuffers recycles the 64 KiB buffers host data is read into: a TCP
+// flow's (of which it uses tcpReadMax) and a UDP reply's (a datagram of
+// up to 65,535 bytes after udpHeadroom).
+var readBuffers = sync.Pool{New: func() any { b := make([]byte, readBufferLen); return &b }}
+
+const readBufferLen = max(tcpReadMax, udpHeadroom+65535)
 
 // tcpChunk is data sent to the sandbox and not yet acknowledged: exactly
 // one segment's payload (front-trimmed by a partial ACK).

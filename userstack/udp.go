@@ -201,10 +201,13 @@ func (f *udpFlow) replySourceLocked(from netip.AddrPort) (netip.AddrPort, bool) 
 // socket stays readable while more wait.
 func (f *udpFlow) pollReady(events uint32) {
 	st := f.st
-	if st.udpBuf == nil { // only the loop uses it
-		st.udpBuf = make([]byte, udpHeadroom+65535)
-	}
-	buf := st.udpBuf
+	// A read buffer of the TCP relay's pool (sized for a datagram too),
+	// not one of UDP's own held for the stack's life once a reply came:
+	// a sandbox that uses both (DNS and TCP, most) holds one 64 KiB
+	// buffer fewer.
+	bp := readBuffers.Get().(*[]byte)
+	defer readBuffers.Put(bp)
+	buf := *bp
 	f.mu.Lock()
 	n, err := -1, error(unix.EBADF)
 	var from netip.AddrPort

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claude-sandbox/claude-sandbox/cmd/claude-sandbox/internal/earlyinit"
 	_ "github.com/claude-sandbox/claude-sandbox/internal/covrun" // a coverage build's GOCOVERDIR (tests only)
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
@@ -41,10 +42,26 @@ var subcommandHelp = map[string]string{
 func main() {
 	nsexec.Init()       // a re-executed stage runs here and never returns
 	verify.InitNested() // so does the nested helper of verify's probes
+	// One P, from the start. The launcher carries the jail's traffic on
+	// the userstack's event loop, and one P keeps that loop on one
+	// thread: with a second, the scheduler moves the loop between
+	// threads, each move a wake-up that costs CPU and buys no throughput
+	// (docs/performance.md, "One event loop"); without the jail it only
+	// relays the terminal and signals. Set here rather than just before
+	// the launch: every P has its own cache of partly used memory spans,
+	// and a second one during the setup left a jailed launcher larger for
+	// the sandbox's life (2.39 against 2.23 MB anonymous, means over 10
+	// and 22 launchers; issue 19). No command of this program needs two.
+	// GOMAXPROCS in the environment still decides.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 	if filepath.Base(os.Args[0]) == "claude" {
 		os.Exit(shadowMain(os.Args[1:], false, os.Stdout, os.Stderr))
 	}
-	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+	code := realMain(os.Args[1:], os.Stdout, os.Stderr)
+	earlyinit.Abort() // a `run` that never reached the sandbox
+	os.Exit(code)
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
@@ -160,6 +177,16 @@ type runExtras struct {
 // launch builds the plan from opts (with the egress jail's setup when the
 // network is jailed) and either prints it (dryRun) or runs it.
 func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, stderr io.Writer) int {
+	// Without the jail, the sandbox's init starts now, while the plan is
+	// built: it runs nothing until the plan reaches it (nsexec.Prestart),
+	// and is stopped if the launch ends before.
+	var early *nsexec.Early
+	if !dryRun {
+		if early = earlyinit.Take(); early == nil {
+			early = nsexec.Prestart(opts.Net, opts.UID, opts.GID, nsexec.Options{})
+		}
+		defer early.Abort()
+	}
 	var sw *statusWriter
 	if x.status != nil {
 		sw = newStatusWriter(x.status, x.statusBlocked)
@@ -224,7 +251,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 		return 0
 	}
-	nopts := nsexec.Options{}
+	nopts := nsexec.Options{Early: early}
 	var logger *slog.Logger
 	if x.debug {
 		l, closeLog, err := debugLogger(x.debugFile, stderr)
@@ -263,24 +290,20 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 		nopts.Jail = jail.New(setup, jo)
 	}
-	// One P from here on. With the jail, the launcher carries the
-	// sandbox's traffic on the userstack's event loop, and one P keeps
-	// that loop on one thread: with a second, the scheduler moves the
-	// loop between threads, each move a wake-up that costs CPU and buys
-	// no throughput (docs/performance.md, "One event loop"). Without it,
-	// the launcher only
-	// relays the terminal and signals, and every further P is one more
-	// idle thread for the sandbox's life. GOMAXPROCS in the environment
-	// still decides.
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1)
-	}
+	nopts.ForwardSignals = true
+	// No goroutine of this program returns locked to its thread, so no
+	// thread ends: the stages may be started from any (a thread kept for
+	// that, or the main thread locked until then, cost the launcher 0.6
+	// threads on average for the sandbox's life; issue 19).
+	nopts.ThreadsNeverEnd = true
+	start := func() (*nsexec.Process, error) { return nsexec.Start(context.Background(), p, nopts) }
 	var code int
 	if sw != nil {
-		nopts.ForwardSignals = true
-		code, err = runWithStatus(sw, setup, func() (*nsexec.Process, error) { return nsexec.Start(context.Background(), p, nopts) })
+		code, err = runWithStatus(sw, setup, start)
+	} else if pr, serr := start(); serr != nil {
+		code, err = nsexec.StartErrorCode(serr), serr
 	} else {
-		code, err = nsexec.Run(p, nopts)
+		code, err = pr.Wait()
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "claude-sandbox:", err)

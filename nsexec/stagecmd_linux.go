@@ -1,0 +1,159 @@
+package nsexec
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// stageCmd is the re-exec of a stage, prepared by stageCommand. It stands
+// in for exec.Cmd: os.StartProcess first checks, once per process, that
+// pidfds work, by starting and reaping a throwaway child of its own (a
+// vfork and a wait on every launch's path); syscall.ForkExec asks for the
+// stage's pidfd in the same clone instead, and gets -1 from a kernel
+// without them.
+type stageCmd struct {
+	Path        string
+	Args        []string
+	Env         []string
+	Stdin       *os.File // nil: /dev/null, as exec.Cmd
+	Stdout      *os.File
+	Stderr      *os.File
+	ExtraFiles  []*os.File // fds 3, 4, ...
+	SysProcAttr *syscall.SysProcAttr
+
+	Process      *stageProc  // once started
+	ProcessState *stageState // once waited for
+}
+
+// Start starts the stage; an error is an *os.PathError, as exec.Cmd's.
+func (c *stageCmd) Start() error {
+	stdio := []*os.File{c.Stdin, c.Stdout, c.Stderr}
+	var null *os.File
+	for i, f := range stdio {
+		if f != nil {
+			continue
+		}
+		if null == nil {
+			var err error
+			if null, err = os.OpenFile(os.DevNull, os.O_RDWR, 0); err != nil {
+				return err
+			}
+			defer null.Close()
+		}
+		stdio[i] = null
+	}
+	files := append(stdio, c.ExtraFiles...)
+	fds := make([]uintptr, len(files))
+	for i, f := range files {
+		fds[i] = f.Fd()
+	}
+	pidfd := -1
+	sys := *c.SysProcAttr
+	sys.PidFD = &pidfd
+	pid, err := syscall.ForkExec(c.Path, c.Args, &syscall.ProcAttr{Env: c.Env, Files: fds, Sys: &sys})
+	runtime.KeepAlive(files)
+	if err != nil {
+		return &os.PathError{Op: "fork/exec", Path: c.Path, Err: err}
+	}
+	c.Process = &stageProc{Pid: pid, pidfd: pidfd}
+	return nil
+}
+
+// Wait waits for the stage to exit, reaps it and sets ProcessState.
+func (c *stageCmd) Wait() error {
+	p := c.Process
+	if p == nil {
+		return os.ErrInvalid
+	}
+	// Until the stage is reaped its pid cannot be reused: Kill may
+	// signal it by pid (without a pidfd) until then.
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, p.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return os.ErrProcessDone
+	}
+	var ws unix.WaitStatus
+	var err error
+	for {
+		if _, err = unix.Wait4(p.Pid, &ws, 0, nil); err != unix.EINTR {
+			break
+		}
+	}
+	p.done = true
+	if p.pidfd >= 0 {
+		unix.Close(p.pidfd)
+		p.pidfd = -1
+	}
+	if err != nil {
+		return os.NewSyscallError("wait4", err)
+	}
+	c.ProcessState = &stageState{ws: ws}
+	return nil
+}
+
+// stageProc is a started stage.
+type stageProc struct {
+	Pid   int
+	mu    sync.Mutex
+	pidfd int // -1: none (or closed once reaped)
+	done  bool
+}
+
+// Kill sends the stage SIGKILL: through its pidfd when there is one,
+// never once it has been reaped.
+func (p *stageProc) Kill() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return os.ErrProcessDone
+	}
+	if p.pidfd >= 0 {
+		return unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0)
+	}
+	return unix.Kill(p.Pid, unix.SIGKILL)
+}
+
+// stageState is how a stage ended.
+type stageState struct {
+	ws unix.WaitStatus
+}
+
+// String says it as os.ProcessState does ("exit status 1", "signal:
+// killed").
+func (s *stageState) String() string {
+	if s == nil {
+		return "<nil>"
+	}
+	var res string
+	switch {
+	case s.ws.Exited():
+		res = "exit status " + strconv.Itoa(s.ws.ExitStatus())
+	case s.ws.Signaled():
+		res = "signal: " + s.ws.Signal().String()
+	default:
+		res = "status " + strconv.Itoa(int(s.ws))
+	}
+	if s.ws.CoreDump() {
+		res += " (core dumped)"
+	}
+	return res
+}
+
+func exitCode(ps *stageState) int {
+	if ps == nil {
+		return ExitSetup
+	}
+	return statusCode(ps.ws)
+}
