@@ -183,7 +183,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	var early *nsexec.Early
 	if !dryRun {
 		if early = earlyinit.Take(); early == nil {
-			early = nsexec.Prestart(opts.Net, opts.UID, opts.GID, nsexec.Options{})
+			early = nsexec.Prestart(opts.Net, opts.UID, opts.GID, nsexec.Options{ThreadsNeverEnd: true})
 		}
 		defer early.Abort()
 	}
