@@ -104,7 +104,15 @@ func TestReachAllowLoopbackRefused(t *testing.T) {
 		{"--allow-cidr", "0.0.0.0/31"},
 	} {
 		argv := append(append([]string{"run"}, args...), "--", "/bin/echo", "started")
-		r := testutil.Run(t, testutil.As(0, nil, append([]string{bin}, argv...)...))
+		cmd := testutil.As(0, nil, append([]string{bin}, argv...)...)
+		// In a network namespace of its own: should the refusal be
+		// missing, the jailed sandbox that starts instead never runs on
+		// the machine's own network.
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNET
+		r := testutil.Run(t, cmd)
 		if r.Code != 2 || strings.Contains(r.Stdout, "started") || !strings.Contains(r.Stderr, "--allow-host-port") || strings.Count(strings.TrimSpace(r.Stderr), "\n") != 0 {
 			t.Errorf("%v: %v, want exit 2, one line naming --allow-host-port", args, r)
 		}
