@@ -280,8 +280,10 @@ func (l *lab) countedEcho(ns, proto, addr string) *atomic.Int64 {
 
 // TestJailDomainHostLoopback: an allowed name whose upstream answer is the
 // host's loopback (127.0.0.1, ::1, ::ffff:127.0.0.1; 0.0.0.0 or ::, which
-// a host-side connect takes to loopback, even with --allow-ip naming
-// them), a lab device (10.x), or the jail's own gateway address, with
+// a host-side connect takes to loopback; --allow-ip naming them is refused
+// at parse time, TestReachAllowLoopbackRefused, and a policy built in code
+// allowing them is covered by TestNamesHostLoopbackNeverDialed), a lab
+// device (10.x), or the jail's own gateway address, with
 // --allow-host-port opening 8080/tcp and 5353/udp of the host's loopback,
 // where servers listen on those ports and on others. Connecting to the
 // name, on the opened port or another, never reaches the host's loopback
@@ -327,10 +329,10 @@ func TestJailDomainHostLoopback(t *testing.T) {
 		}
 		must(t, os.WriteFile(filepath.Join(dir, "loop.sh"), []byte(script), 0o755))
 		logf := filepath.Join(dir, "blocked.jsonl")
-		// 0.0.0.0 and :: allowed as addresses too (they do nothing from
-		// inside, where connecting to them reaches the sandbox's own
-		// loopback): a host-side connect to them reaches the host's.
-		args := []string{"run", "--allow-host-port", "8080", "--allow-host-port", "5353/udp", "--allow-ip", "0.0.0.0", "--allow-ip", "::", "--log-blocked", logf}
+		// --allow-ip 0.0.0.0 and :: were given here too until they were
+		// refused at parse time (a host-side connect to them reaches the
+		// host's loopback); the stack refuses them whatever the policy.
+		args := []string{"run", "--allow-host-port", "8080", "--allow-host-port", "5353/udp", "--log-blocked", logf}
 		for _, n := range []string{"ok", "lo", "lo6", "mapped", "zero", "zero6", "dev", "gw"} {
 			args = append(args, "--allow-domain", n+".test")
 		}

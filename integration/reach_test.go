@@ -86,7 +86,9 @@ func TestReachHostPort(t *testing.T) {
 
 // --allow-ip and --allow-cidr refuse loopback at parse time, pointing to
 // --allow-host-port: inside the jail loopback is the sandbox's own, so
-// the entry would otherwise do nothing, silently.
+// the entry would otherwise do nothing, silently. The unspecified
+// addresses (0.0.0.0, ::, and ranges holding them), which a host-side
+// connection takes to the host's loopback, are refused the same way.
 func TestReachAllowLoopbackRefused(t *testing.T) {
 	bin := testutil.Build(t, "./cmd/claude-sandbox")
 	for _, args := range [][]string{
@@ -95,9 +97,22 @@ func TestReachAllowLoopbackRefused(t *testing.T) {
 		{"--allow-ip", "::ffff:127.0.0.1"},
 		{"--allow-cidr", "127.0.0.0/8"},
 		{"--allow-cidr", "127.1.0.0/16"},
+		{"--allow-ip", "0.0.0.0"},
+		{"--allow-ip", "::"},
+		{"--allow-ip", "::ffff:0.0.0.0"},
+		{"--allow-cidr", "0.0.0.0/8"},
+		{"--allow-cidr", "0.0.0.0/31"},
 	} {
 		argv := append(append([]string{"run"}, args...), "--", "/bin/echo", "started")
-		r := testutil.Run(t, testutil.As(0, nil, append([]string{bin}, argv...)...))
+		cmd := testutil.As(0, nil, append([]string{bin}, argv...)...)
+		// In a network namespace of its own: should the refusal be
+		// missing, the jailed sandbox that starts instead never runs on
+		// the machine's own network.
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNET
+		r := testutil.Run(t, cmd)
 		if r.Code != 2 || strings.Contains(r.Stdout, "started") || !strings.Contains(r.Stderr, "--allow-host-port") || strings.Count(strings.TrimSpace(r.Stderr), "\n") != 0 {
 			t.Errorf("%v: %v, want exit 2, one line naming --allow-host-port", args, r)
 		}

@@ -42,27 +42,43 @@ func ParseHostPort(s string) (HostPort, error) {
 	return h, nil
 }
 
-// loopback4 and loopback6 are the host's loopback ranges.
+// loopback4 and loopback6 are the host's loopback ranges; unspecified4
+// and unspecified6 the unspecified addresses, which a connection made on
+// the host takes to the host's loopback.
 var (
-	loopback4 = netip.MustParsePrefix("127.0.0.0/8")
-	loopback6 = netip.MustParsePrefix("::1/128")
+	loopback4    = netip.MustParsePrefix("127.0.0.0/8")
+	loopback6    = netip.MustParsePrefix("::1/128")
+	unspecified4 = netip.MustParsePrefix("0.0.0.0/32")
+	unspecified6 = netip.MustParsePrefix("::/128")
 )
 
-// RefuseLoopback refuses an allow entry that names the host's loopback:
-// inside the jail, 127.0.0.1 and ::1 are the sandbox's own loopback, so
-// such an entry could never reach the host and would silently do nothing.
-// The host's loopback services are reached through --allow-host-port.
-// ParseAllow applies it (the command line, the shadow's config), as does
-// package sandbox to Spec.Allow; New does not (a policy built in code
-// may allow what it likes, and routes keep loopback local anyway).
+// RefuseLoopback refuses an allow entry that names the host's loopback, or
+// the unspecified address 0.0.0.0 or ::, or a range holding any of them
+// (0.0.0.0/8, 64.0.0.0/2, ::/127). Inside the jail, 127.0.0.1 and ::1
+// are the sandbox's own loopback, so such an entry could never reach the
+// host and would silently do nothing; 0.0.0.0 and :: dialed on the host
+// side would reach the host's loopback (the relay refuses that at
+// connect time whatever the policy says, so the entry could only ever be
+// refused). The host's loopback services are reached through
+// --allow-host-port. ParseAllow applies it (the command line, the
+// shadow's config), as does package sandbox to Spec.Allow; New does not
+// (a policy built in code may allow what it likes, and routes keep
+// loopback local and the relay refuses it anyway). A /0 never gets here
+// from ParseAllow, which refuses it first as "allow everything".
 func RefuseLoopback(pfx netip.Prefix) error {
 	pfx = unmapPrefix(pfx)
-	if pfx.Overlaps(loopback4) || pfx.Overlaps(loopback6) {
-		name := pfx.String()
-		if pfx.IsSingleIP() {
-			name = pfx.Addr().String()
-		}
-		return fmt.Errorf("%s is loopback, which inside the jail is the sandbox's own: to reach a service on the host's loopback, use --allow-host-port PORT (config allow-host-port) and connect to host.internal:PORT", name)
+	name := pfx.String()
+	if pfx.IsSingleIP() {
+		name = pfx.Addr().String()
+	}
+	const use = "to reach a service on the host's loopback, use --allow-host-port PORT (config allow-host-port) and connect to host.internal:PORT"
+	switch {
+	case pfx.Overlaps(loopback4) || pfx.Overlaps(loopback6):
+		return fmt.Errorf("%s is loopback, which inside the jail is the sandbox's own: %s", name, use)
+	case pfx.IsSingleIP() && (pfx.Overlaps(unspecified4) || pfx.Overlaps(unspecified6)):
+		return fmt.Errorf("%s is the unspecified address, which a connection made on the host takes to the host's loopback, so it is never dialed: %s", name, use)
+	case pfx.Overlaps(unspecified4) || pfx.Overlaps(unspecified6):
+		return fmt.Errorf("%s holds the unspecified address %s, which a connection made on the host takes to the host's loopback, so it is never dialed: %s", name, pfx.Masked().Addr(), use)
 	}
 	return nil
 }

@@ -38,6 +38,47 @@ func TestAllowLoopbackRefused(t *testing.T) {
 	}
 }
 
+// The unspecified addresses (0.0.0.0, ::), which a connection made on the
+// host takes to the host's loopback, and any range holding them are
+// refused the same way, naming the value and --allow-host-port. Ranges
+// next to them, and 0.0.0.0/8's other neighbours, are not; /0 stays
+// refused as "allow everything" (checked before).
+func TestAllowUnspecifiedRefused(t *testing.T) {
+	for in, name := range map[string]string{
+		"0.0.0.0": "0.0.0.0 is the unspecified address", " 0.0.0.0 ": "0.0.0.0 is the unspecified address",
+		"0.0.0.0/32": "0.0.0.0 is the unspecified address", "::": ":: is the unspecified address",
+		"::/128": ":: is the unspecified address", "0::0": ":: is the unspecified address",
+		"::ffff:0.0.0.0": "0.0.0.0 is the unspecified address", "::ffff:0.0.0.0/128": "0.0.0.0 is the unspecified address",
+		"::ffff:0.0.0.0/104": "0.0.0.0/8 holds the unspecified address 0.0.0.0",
+		"0.0.0.0/8":          "0.0.0.0/8 holds the unspecified address 0.0.0.0",
+		"0.0.0.0/31":         "0.0.0.0/31 holds the unspecified address 0.0.0.0",
+		"0.0.0.0/2":          "0.0.0.0/2 holds the unspecified address 0.0.0.0",
+		"0.0.0.0/1":          "0.0.0.0/1 is loopback", // holds 127/8 too
+		"::/127":             "::/127 is loopback",    // holds ::1 too
+		"::/1":               "::/1 is loopback",
+	} {
+		_, err := ParseAllow(in)
+		if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "--allow-host-port") {
+			t.Errorf("ParseAllow(%q): %v, want a refusal %q naming --allow-host-port", in, err, name)
+		}
+	}
+	for _, in := range []string{"0.0.0.0/0", "::/0"} {
+		if _, err := ParseAllow(in); err == nil || !strings.Contains(err.Error(), "allow everything") {
+			t.Errorf("ParseAllow(%q): %v, want the allow-everything refusal", in, err)
+		}
+	}
+	for _, in := range []string{"0.0.0.1", "0.1.0.0/16", "1.0.0.0/8", "::2", "::2/127", "::4/126", "8000::/1", "128.0.0.0/1"} {
+		if _, err := ParseAllow(in); err != nil {
+			t.Errorf("ParseAllow(%q): %v", in, err)
+		}
+	}
+	for _, p := range []string{"0.0.0.0/32", "::/128", "::ffff:0.0.0.0/128", "0.0.0.0/8"} {
+		if RefuseLoopback(netip.MustParsePrefix(p)) == nil {
+			t.Errorf("RefuseLoopback(%s) = nil", p)
+		}
+	}
+}
+
 func TestParsePublish(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
 	for in, want := range map[string]Publish{

@@ -48,6 +48,8 @@ func TestParseConfig(t *testing.T) {
 		{"unknown preset", "allow-domain = @nope\n", Config{}, "f:1: allow-domain:"},
 		{"allow-ip with host bits", "allow-ip = 10.1.2.3/8\n", Config{}, "f:1: allow-ip:"},
 		{"allow-ip loopback", "allow-ip = 127.0.0.1\n", Config{}, "f:1: allow-ip: 127.0.0.1 is loopback"},
+		{"allow-ip unspecified", "allow-ip = ::\n", Config{}, "f:1: allow-ip: :: is the unspecified address"},
+		{"allow-ip range holding 0.0.0.0", "allow-ip = 0.0.0.0/8\n", Config{}, "f:1: allow-ip: 0.0.0.0/8 holds the unspecified address 0.0.0.0"},
 		{"allow-host-port", "allow-host-port = 11434\nallow-host-port = 5353/udp\n", with(func(c *Config) {
 			c.AllowHostPort = []netpolicy.HostPort{{Proto: netpolicy.ProtoTCP, Port: 11434}, {Proto: netpolicy.ProtoUDP, Port: 5353}}
 		}), ""},

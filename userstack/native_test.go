@@ -45,21 +45,7 @@ func inPrivateNetns(t *testing.T, f func()) {
 			t.Errorf("unshare: %v", err)
 			return
 		}
-		lo, err := netlink.LinkByName("lo")
-		if err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
-		if err == nil {
-			err = netlink.AddrAdd(lo, &netlink.Addr{IPNet: netipNet(netip.PrefixFrom(nsServer, 32))})
-		}
-		if err == nil {
-			// Routed to lo but not local: dropped there, unanswered.
-			err = netlink.RouteAdd(&netlink.Route{Dst: netipNet(nsVoidNet), LinkIndex: lo.Attrs().Index, Scope: netlink.SCOPE_LINK})
-		}
-		if err == nil {
-			err = netlink.RouteAdd(&netlink.Route{Dst: netipNet(netip.PrefixFrom(nsUnreachable, 32)), Type: unix.RTN_UNREACHABLE})
-		}
-		if err != nil {
+		if err := setUpTestNetns(); err != nil {
 			t.Errorf("set up the namespace: %v", err)
 			return
 		}
@@ -69,6 +55,27 @@ func inPrivateNetns(t *testing.T, f func()) {
 	if t.Failed() {
 		t.FailNow()
 	}
+}
+
+// setUpTestNetns sets the calling thread's (fresh) network namespace up as
+// above: lo up with nsServer, nsVoidNet routed to lo, nsUnreachable
+// unreachable.
+func setUpTestNetns() error {
+	lo, err := netlink.LinkByName("lo")
+	if err == nil {
+		err = netlink.LinkSetUp(lo)
+	}
+	if err == nil {
+		err = netlink.AddrAdd(lo, &netlink.Addr{IPNet: netipNet(netip.PrefixFrom(nsServer, 32))})
+	}
+	if err == nil {
+		// Routed to lo but not local: dropped there, unanswered.
+		err = netlink.RouteAdd(&netlink.Route{Dst: netipNet(nsVoidNet), LinkIndex: lo.Attrs().Index, Scope: netlink.SCOPE_LINK})
+	}
+	if err == nil {
+		err = netlink.RouteAdd(&netlink.Route{Dst: netipNet(netip.PrefixFrom(nsUnreachable, 32)), Type: unix.RTN_UNREACHABLE})
+	}
+	return err
 }
 
 func netipNet(p netip.Prefix) *net.IPNet {

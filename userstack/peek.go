@@ -232,4 +232,45 @@ func (p *peekState) dial() {
 	f.peek = nil
 	// writing stays set: the first EPOLLOUT (the connect's end) flushes
 	// pend, passes a FIN on and clears it; a failed connect ends there.
+	if st.cfg.Dialer == nil {
+		// The stack's own connect is still under way: it gets DialTimeout,
+		// as a Dialer's dial does (dialConn), not the kernel's SYN
+		// retries (about two minutes).
+		c := &connectWait{f: f}
+		c.timer = newLoopTimer(c)
+		f.connWait = c
+		st.poll.arm(&c.timer, st.cfg.DialTimeout)
+	}
+}
+
+// connectWait bounds a deferred dial's own non-blocking connect (Dialer
+// nil) by DialTimeout: the sandbox's side is established already, so a
+// connect that has not ended by then resets the flow, as a failed one
+// does. The first event of the host socket (EPOLLOUT, or an error) ends
+// the wait (pollReady).
+type connectWait struct {
+	f     *tcpFlow
+	timer loopTimer
+}
+
+func (c *connectWait) timerFired(*loopTimer) {
+	f := c.f
+	f.mu.Lock()
+	defer f.unlock()
+	if f.connWait != c || f.state == tcpClosed {
+		return // connected, or ended, meanwhile
+	}
+	f.connWait = nil
+	f.st.cfg.Logf("userstack: dial tcp for %s: %v after %v", f.key.dst, errDialTimeout, f.st.cfg.DialTimeout)
+	f.sendReset()
+	f.flags |= resetHost
+	f.state = tcpClosed
+}
+
+// endConnectWait stops the deferred connect's timer, if it runs.
+func (f *tcpFlow) endConnectWait() {
+	if f.connWait != nil {
+		f.st.poll.stop(&f.connWait.timer)
+		f.connWait = nil
+	}
 }

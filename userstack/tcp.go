@@ -356,8 +356,9 @@ type tcpFlow struct {
 	rtoTimer loopTimer // the dial's timeout while dialing
 	rtoFrom  time.Time // since when the oldest outstanding segment waits
 
-	peek  *peekState // a flow to a name not dialed yet (peek.go)
-	watch *flowWatch // a flow to a name dialed before its first message (peekwatch.go)
+	peek     *peekState   // a flow to a name not dialed yet (peek.go)
+	connWait *connectWait // its own connect, once dialed, until it ends (peek.go)
+	watch    *flowWatch   // a flow to a name dialed before its first message (peekwatch.go)
 }
 
 // flowFlags are what has happened to a flow beyond its state: the
@@ -517,6 +518,7 @@ func (f *tcpFlow) unlock() {
 	f.flags |= tornDown
 	f.st.poll.stop(&f.ackTimer)
 	f.stopRTO()
+	f.endConnectWait()
 	for i := range f.sent {
 		f.st.memGive(f.sent[i].cost)
 		f.sent[i].release()

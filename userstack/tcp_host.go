@@ -212,8 +212,11 @@ func (f *tcpFlow) pollReady(events uint32) {
 		f.flags |= hostSpokeFirst // read once the sandbox completes its handshake
 		return
 	}
-	if f.has(pendWaiting) && events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
-		f.flush()
+	if events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		f.endConnectWait() // a deferred dial's connect ended (peek.go)
+		if f.has(pendWaiting) {
+			f.flush()
+		}
 	}
 	if events&unix.EPOLLPRI != 0 {
 		f.flags |= urgFromHost

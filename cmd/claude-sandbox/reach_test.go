@@ -31,7 +31,7 @@ func TestReachOptions(t *testing.T) {
 	if len(r.opts.Ops) != 2 || r.opts.Ops[0].Kind != "dev-bind" || r.opts.Ops[1].Optional != true {
 		t.Errorf("ops %v", r.opts.Ops)
 	}
-	for _, bad := range [][]string{{"--allow-ip", "127.0.0.1"}, {"--allow-ip", "::1"}, {"--allow-cidr", "127.0.0.0/8"}, {"--allow-host-port", "0"}, {"--publish", "80"}} {
+	for _, bad := range [][]string{{"--allow-ip", "127.0.0.1"}, {"--allow-ip", "::1"}, {"--allow-cidr", "127.0.0.0/8"}, {"--allow-ip", "0.0.0.0"}, {"--allow-ip", "::"}, {"--allow-cidr", "0.0.0.0/8"}, {"--allow-host-port", "0"}, {"--publish", "80"}} {
 		_, err := parseRunArgs(append(bad, "true"), false)
 		if err == nil {
 			t.Errorf("%v accepted", bad)

@@ -1,0 +1,140 @@
+package userstack
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+)
+
+// A deferred dial (a TCP flow to an allowed name, dialed after the peek)
+// whose destination never answers ends at the stack's DialTimeout, with a
+// RST to the sandbox (its side is established already), not at the
+// kernel's connect timeout (about two minutes of SYN retries) or never.
+// The bounds are generous: what is checked is that the flow ends long
+// before the kernel would give up, not how precisely.
+const (
+	deferredDialTimeout = 200 * time.Millisecond
+	deferredDialBound   = 10 * time.Second // the kernel's own: ~127 s
+)
+
+// deferredDialResets opens a flow to name (already resolved by the
+// stack's DNS to a synthetic address), sends its first bytes (raw TCP: the
+// dial starts at once) and waits for the RST that ends the hung dial.
+func deferredDialResets(t *testing.T, h *namesHarness, name string) {
+	t.Helper()
+	a := answerAddrs(t, h.query(t, name+".", dnsmessage.TypeA), name+".")
+	if len(a) != 1 {
+		t.Fatalf("A %s: %v", name, a)
+	}
+	src, dst := netip.AddrPortFrom(jail4, 44500), netip.AddrPortFrom(a[0], 7000)
+	iss := h.handshake(t, src, dst)
+	start := time.Now()
+	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: []byte("\x00raw hello")}.bytes())
+	h.waitRST(t) // fails after readOut's 20 s failsafe
+	if d := time.Since(start); d > deferredDialBound {
+		t.Fatalf("the hung dial ended after %v, want about DialTimeout (%v)", d, deferredDialTimeout)
+	}
+	for i := 0; tcpFlows(h.st) != 0; i++ {
+		if i > 2000 {
+			t.Fatal("the flow outlived its reset")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// hangDialer is the zone's dialer whose TCP dials to anything but the
+// upstream resolver never complete: they end only with their context.
+type hangDialer struct{ *zoneDialer }
+
+func (d hangDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if network == "tcp" && address != upstream.String() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return d.zoneDialer.DialContext(ctx, network, address)
+}
+
+// Through a Dialer: the dial's context carries DialTimeout (dialConn).
+func TestNamesDeferredDialTimeoutDialer(t *testing.T) {
+	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	z := newZoneDialer()
+	z.addA("void.test", "203.0.113.10")
+	h.start(t, Config{
+		Policy:         netpolicy.MustNew(netpolicy.Config{}),
+		Dialer:         hangDialer{z},
+		Gateways:       []netip.Addr{gateway4},
+		VirtualDNS:     []netip.Addr{dns4},
+		Upstreams:      []netip.AddrPort{upstream},
+		UDPIdleTimeout: time.Minute,
+		Now:            h.clock.now,
+		DialTimeout:    deferredDialTimeout,
+		Names:          &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"void.test": nil}}, PeekTimeout: 20 * time.Millisecond},
+	})
+	deferredDialResets(t, &namesHarness{harness: h, zone: z}, "void.test")
+}
+
+// With the stack's own sockets (Dialer nil, as the jail runs it): a
+// non-blocking connect the event loop waits on. The whole test runs in a
+// child process in a network namespace of its own (the stack's own dials
+// and DNS exchanges run on worker goroutines, on any thread, so one
+// thread moved into a namespace would not hold them): the resolver is
+// served on nsServer, the name resolves to nsVoid, whose SYNs are dropped
+// on that namespace's lo. Nothing leaves the namespace.
+func TestNamesDeferredDialTimeoutOwnSocket(t *testing.T) {
+	const childEnv = "USERSTACK_TEST_NETNS_CHILD"
+	if os.Getenv(childEnv) != "1" {
+		testutil.NeedsRoot(t)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestNamesDeferredDialTimeoutOwnSocket$", "-test.v", "-test.count=1", "-test.timeout=120s")
+		cmd.Env = append(os.Environ(), childEnv+"=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestNamesDeferredDialTimeoutOwnSocket") {
+			t.Fatalf("in its own network namespace: %v\n%s", err, out)
+		}
+		return
+	}
+	if err := setUpTestNetns(); err != nil {
+		t.Fatalf("set up the namespace: %v", err)
+	}
+	z := newZoneDialer()
+	z.addA("void.test", nsVoid.String())
+	pc, err := net.ListenPacket("udp4", netip.AddrPortFrom(nsServer, 53).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 65535)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(z.answer(buf[:n]), from)
+		}
+	}()
+	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	h.start(t, Config{
+		Policy:         netpolicy.MustNew(netpolicy.Config{}),
+		Gateways:       []netip.Addr{gateway4},
+		VirtualDNS:     []netip.Addr{dns4},
+		Upstreams:      []netip.AddrPort{netip.AddrPortFrom(nsServer, 53)},
+		UDPIdleTimeout: time.Minute,
+		Now:            h.clock.now,
+		DialTimeout:    deferredDialTimeout,
+		Names:          &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"void.test": nil}}, PeekTimeout: 20 * time.Millisecond},
+	})
+	deferredDialResets(t, &namesHarness{harness: h, zone: z}, "void.test")
+}
