@@ -86,8 +86,12 @@ func TestReachHostPort(t *testing.T) {
 
 // --allow-ip and --allow-cidr refuse loopback at parse time, pointing to
 // --allow-host-port: inside the jail loopback is the sandbox's own, so
-// the entry would otherwise do nothing, silently.
+// the entry would otherwise do nothing, silently. In the default mode
+// (the jail), so in a network namespace of the test's own (unshare
+// --net, which execs in the same process): were a refusal to go missing,
+// the jail that started would send nothing out of it.
 func TestReachAllowLoopbackRefused(t *testing.T) {
+	testutil.NeedsRoot(t)
 	bin := testutil.Build(t, "./cmd/claude-sandbox")
 	for _, args := range [][]string{
 		{"--allow-ip", "127.0.0.1"},
@@ -97,7 +101,7 @@ func TestReachAllowLoopbackRefused(t *testing.T) {
 		{"--allow-cidr", "127.1.0.0/16"},
 	} {
 		argv := append(append([]string{"run"}, args...), "--", "/bin/echo", "started")
-		r := testutil.Run(t, testutil.As(0, nil, append([]string{bin}, argv...)...))
+		r := testutil.Run(t, testutil.As(0, nil, append([]string{"unshare", "--net", bin}, argv...)...))
 		if r.Code != 2 || strings.Contains(r.Stdout, "started") || !strings.Contains(r.Stderr, "--allow-host-port") || strings.Count(strings.TrimSpace(r.Stderr), "\n") != 0 {
 			t.Errorf("%v: %v, want exit 2, one line naming --allow-host-port", args, r)
 		}
