@@ -83,6 +83,7 @@ func TestTerminalSizeAndRestore(t *testing.T) {
 	cmd := l.hostCmd(bin, "run", "--", "/bin/sh", "-c", "stty size; tty; stty -a | grep -o -- '-icanon' || echo cooked")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = credsWithSetsid(nil)
+	testutil.CheckNetSafe(t, cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

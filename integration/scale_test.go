@@ -68,6 +68,7 @@ func TestTerminalResizeReachesCommand(t *testing.T) {
 	cmd := l.hostCmd(bin, "run", "--", "/bin/sh", "-c", script)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = credsWithSetsid(nil)
+	testutil.CheckNetSafe(t, cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
