@@ -525,6 +525,7 @@ func TestSignalsAreForwarded(t *testing.T) {
 // not outlive it.
 func startReady(t *testing.T, cmd *exec.Cmd, token string) {
 	t.Helper()
+	testutil.CheckNetSafe(t, cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -14,12 +13,15 @@ import (
 
 // With user namespaces switched off (max_user_namespaces = 0, set in a
 // throwaway user namespace so the host is untouched), the launch fails
-// before anything starts, and the message names the sysctl to fix.
+// before anything starts, and the message names the sysctl to fix. In
+// the default mode (the jail), so in a lab network: were the launch to
+// get further, nothing it sends would leave the test's namespaces.
 func TestUserNamespacesUnavailable(t *testing.T) {
 	testutil.NeedsRoot(t)
 	testutil.NeedsUserNS(t)
 	bin := testutil.Build(t, "./cmd/claude-sandbox")
-	cmd := exec.Command("unshare", "--user", "--map-root-user", "sh", "-c",
+	l := newLab(t)
+	cmd := l.hostCmd("unshare", "--user", "--map-root-user", "sh", "-c",
 		"echo 0 > /proc/sys/user/max_user_namespaces && exec "+bin+" run -- true")
 	r := testutil.Run(t, cmd)
 	if r.Code != 125 || !strings.Contains(r.Stderr, "user.max_user_namespaces") || strings.Count(r.Stderr, "\n") != 1 {
@@ -29,7 +31,8 @@ func TestUserNamespacesUnavailable(t *testing.T) {
 
 // In a mount namespace whose /proc is partly over-mounted (as container
 // runtimes do, e.g. /dev/null over /proc/kcore), the kernel refuses a fresh procfs; the sandbox falls back
-// to a read-only bind of /proc and says so in one warning line.
+// to a read-only bind of /proc and says so in one warning line. The
+// sandbox has the default network (the jail), so it runs in a lab network.
 func TestProcFallback(t *testing.T) {
 	testutil.NeedsRoot(t)
 	testutil.NeedsUserNS(t)
@@ -44,7 +47,8 @@ func TestProcFallback(t *testing.T) {
 	if masked == "" {
 		t.Fatal("no /proc file of the kind container runtimes mask exists here")
 	}
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
+	l := newLab(t)
+	cmd := l.hostCmd("unshare", "--mount", "--propagation", "private", "sh", "-c",
 		"mount --bind /dev/null "+masked+" && exec "+bin+" run -- sh -c 'touch /proc/x 2>/dev/null || echo read-only; test \"$(head -c 1 "+masked+" | wc -c)\" = 0 && echo masked-kept'")
 	r := testutil.Run(t, cmd)
 	if r.Code != 0 || !strings.Contains(r.Stderr, "warning: a fresh /proc was refused") || strings.Count(r.Stderr, "\n") != 1 {
@@ -57,6 +61,8 @@ func TestProcFallback(t *testing.T) {
 
 // Under a terminal, the command gets its own pty with the host's window
 // size, and the host terminal's settings are back as they were afterwards.
+// In the default mode (the jail), in a lab network (`ip netns exec` execs
+// the launcher in the same process: the session and terminal are its).
 func TestTerminalSizeAndRestore(t *testing.T) {
 	testutil.NeedsRoot(t)
 	testutil.NeedsUserNS(t)
@@ -73,9 +79,11 @@ func TestTerminalSizeAndRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "run", "--", "/bin/sh", "-c", "stty size; tty; stty -a | grep -o -- '-icanon' || echo cooked")
+	l := newLab(t)
+	cmd := l.hostCmd(bin, "run", "--", "/bin/sh", "-c", "stty size; tty; stty -a | grep -o -- '-icanon' || echo cooked")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = credsWithSetsid(nil)
+	testutil.CheckNetSafe(t, cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -268,6 +268,17 @@ func dnsAnswer(q []byte) ([]byte, error) {
 	return b.Finish()
 }
 
+// hostCmd returns a command that runs bin with args in the lab's host
+// namespace, as the test's own user, with the test's environment. `ip
+// netns exec` switches the namespace and execs bin in the same process (no
+// fork), so what the caller sets on the command (a controlling terminal, a
+// session) reaches bin as it would without it. For a test that is not
+// about the jail but starts a sandbox in the default mode (--net=jail):
+// the jail's start-up traffic (its NAT64 lookup) stays in the lab.
+func (l *lab) hostCmd(bin string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", l.host, bin}, args...)...)
+}
+
 // jailCmd returns a command that runs claude-sandbox with args in the
 // lab's host namespace, as uid, with a /dev/net/tun usable by that uid
 // (mode 0666, as most distributions ship it) in a private mount namespace.

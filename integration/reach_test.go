@@ -88,8 +88,12 @@ func TestReachHostPort(t *testing.T) {
 // --allow-host-port: inside the jail loopback is the sandbox's own, so
 // the entry would otherwise do nothing, silently. The unspecified
 // addresses (0.0.0.0, ::, and ranges holding them), which a host-side
-// connection takes to the host's loopback, are refused the same way.
+// connection takes to the host's loopback, are refused the same way. In
+// the default mode (the jail), so in a network namespace of the test's
+// own (unshare --net, which execs in the same process): were a refusal to
+// go missing, the jail that started would send nothing out of it.
 func TestReachAllowLoopbackRefused(t *testing.T) {
+	testutil.NeedsRoot(t)
 	bin := testutil.Build(t, "./cmd/claude-sandbox")
 	for _, args := range [][]string{
 		{"--allow-ip", "127.0.0.1"},
@@ -104,15 +108,7 @@ func TestReachAllowLoopbackRefused(t *testing.T) {
 		{"--allow-cidr", "0.0.0.0/31"},
 	} {
 		argv := append(append([]string{"run"}, args...), "--", "/bin/echo", "started")
-		cmd := testutil.As(0, nil, append([]string{bin}, argv...)...)
-		// In a network namespace of its own: should the refusal be
-		// missing, the jailed sandbox that starts instead never runs on
-		// the machine's own network.
-		if cmd.SysProcAttr == nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{}
-		}
-		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNET
-		r := testutil.Run(t, cmd)
+		r := testutil.Run(t, testutil.As(0, nil, append([]string{"unshare", "--net", bin}, argv...)...))
 		if r.Code != 2 || strings.Contains(r.Stdout, "started") || !strings.Contains(r.Stderr, "--allow-host-port") || strings.Count(strings.TrimSpace(r.Stderr), "\n") != 0 {
 			t.Errorf("%v: %v, want exit 2, one line naming --allow-host-port", args, r)
 		}

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -47,6 +46,9 @@ func TestJailCommandSignalDefaults(t *testing.T) {
 // A window size change on the host terminal reaches the command's pty
 // while it runs (the launcher's pty master is non-blocking, in the
 // runtime's poller; the resize must not depend on its blocking mode).
+// In the default mode (the jail), in a lab network (`ip netns exec` execs
+// the launcher in the same process: it is the terminal's foreground
+// process, which the resize signals).
 func TestTerminalResizeReachesCommand(t *testing.T) {
 	testutil.NeedsRoot(t)
 	testutil.NeedsUserNS(t)
@@ -62,9 +64,11 @@ func TestTerminalResizeReachesCommand(t *testing.T) {
 	// The loop is bounded so that a lost resize ends the test, with
 	// "no-winch", instead of hanging it.
 	script := `trap 'stty size; exit 0' WINCH; echo ready; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo no-winch`
-	cmd := exec.Command(bin, "run", "--", "/bin/sh", "-c", script)
+	l := newLab(t)
+	cmd := l.hostCmd(bin, "run", "--", "/bin/sh", "-c", script)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = credsWithSetsid(nil)
+	testutil.CheckNetSafe(t, cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+	"github.com/claude-sandbox/claude-sandbox/shadow"
 )
+
+// shadowConfs holds the configuration shadowHost gave each shadow (by its
+// path), for runShadow's network check.
+var shadowConfs sync.Map
 
 // shadowHost prepares what `claude` (the shadow) needs, without touching
 // the machine: a private mount namespace (entered by the returned prelude)
@@ -55,6 +62,7 @@ func shadowHost(t testing.TB, conf string, real string) (prelude, claude string)
 		}
 	}
 	prelude = fmt.Sprintf("mount --bind %s /etc && mkdir -p /usr/libexec 2>/dev/null; mount --bind %s /usr/libexec", etc, libexec)
+	shadowConfs.Store(claude, conf)
 	return prelude, claude
 }
 
@@ -82,11 +90,20 @@ touch /usr/outside 2>/dev/null && echo "outside-write: ok" || echo "outside-writ
 exit 3
 `
 
-// runShadow runs `claude ARGS` through the shadow as uid, in the lab's host
-// namespace (jail on) or, with l == nil, in a private mount namespace on
-// the host network (jail off by config).
+// runShadow runs `claude ARGS` through the shadow as uid, in a private
+// mount namespace on the test's own network. So the shadow's
+// configuration must turn the egress jail off (egress-jail = 0), or the
+// shadow must not start a sandbox (IS_SANDBOX=1: it runs the real binary
+// directly; a configuration the shadow refuses): a jailed shadow sends a
+// DNS query at start, and runs in a lab network instead (as
+// TestVerifyInsideSandbox's and the e2e tests do).
 func runShadow(t *testing.T, uid int, home, cwd, prelude, claude string, env []string, args ...string) testutil.Result {
 	t.Helper()
+	if v, ok := shadowConfs.Load(claude); ok && !slices.Contains(env, "IS_SANDBOX=1") {
+		if c, err := shadow.ParseConfig("claude-sandbox.conf", strings.NewReader(v.(string))); err == nil && c.EgressJail {
+			t.Fatalf("network safety: runShadow runs on the test's own network; a shadow with the egress jail on (configuration %q) must run in a lab network", v)
+		}
+	}
 	inner := fmt.Sprintf("%s && cd %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s %s",
 		prelude, cwd, uid, uid, strings.Join(env, " "), claude, strings.Join(args, " "))
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", inner)

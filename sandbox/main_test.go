@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"runtime"
+	"syscall"
 	"testing"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
@@ -17,10 +20,79 @@ import (
 // like any embedding program), then the tests and examples. A test binary
 // is built with cgo (always with -race), which cannot be its own stage:
 // the stages then run from a static helper, as Spec.StageExe allows.
+//
+// As root, the test binary first re-executes itself in a network
+// namespace of its own (nothing in it but a loopback that is down), and
+// the tests run there: a jailed sandbox (TestCancelLeavesNothing) sends
+// a DNS query at start (the NAT64 lookup), and nothing this package's
+// tests start may reach the machine's network or resolver.
 func TestMain(m *testing.M) {
 	sandbox.Init()
+	if os.Geteuid() == 0 {
+		if code, ok := inOwnNetns(); ok {
+			os.Exit(code)
+		}
+	}
 	flag.Parse()
 	os.Exit(run(m))
+}
+
+// netnsEnv marks the re-executed test binary; its value is the network
+// namespace the parent ran in.
+const netnsEnv = "CLAUDE_SANDBOX_TEST_NETNS_PARENT"
+
+// isolated reports whether the tests run in a network namespace the test
+// binary made (so a jailed sandbox may be started).
+var isolated bool
+
+// inOwnNetns re-executes the test binary, with the same arguments and
+// standard streams, in a new network namespace, and returns its exit
+// status (ok true). In the re-executed binary, or when the namespace
+// cannot be made (then the tests that need it skip, or fail when
+// privileged tests are required), it returns ok false: the caller runs
+// the tests.
+func inOwnNetns() (code int, ok bool) {
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "note: the tests' network namespace:", err)
+		return 0, false
+	}
+	if parent := os.Getenv(netnsEnv); parent != "" {
+		isolated = parent != self
+		os.Unsetenv(netnsEnv)
+		return 0, false
+	}
+	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
+	cmd.Args[0] = os.Args[0]
+	cmd.Env = append(os.Environ(), netnsEnv+"="+self)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	// Pdeathsig is tied to the thread that starts the child: keep it.
+	runtime.LockOSThread()
+	// go test's -timeout is the child's own; a signal to this process is
+	// passed on to it.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM)
+	if err := cmd.Start(); err != nil {
+		signal.Stop(sigs)
+		fmt.Fprintf(os.Stderr, "note: cannot re-execute the tests in a network namespace of their own (%v): the jailed ones do not run\n", err)
+		return 0, false
+	}
+	go func() {
+		for sig := range sigs {
+			_ = cmd.Process.Signal(sig)
+		}
+	}()
+	err = cmd.Wait()
+	if cmd.ProcessState == nil {
+		fmt.Fprintln(os.Stderr, "tests in their own network namespace:", err)
+		return 1, true
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		fmt.Fprintln(os.Stderr, "tests in their own network namespace:", err)
+		return 128 + int(ws.Signal()), true
+	}
+	return cmd.ProcessState.ExitCode(), true
 }
 
 func run(m *testing.M) int {

@@ -121,6 +121,16 @@ func TestCancelLeavesNothing(t *testing.T) {
 		t.Run(string(net), func(t *testing.T) {
 			if net == sandbox.NetJail {
 				testutil.NeedsTUN(t)
+				// The jail asks the host's resolver for the NAT64
+				// prefix at start: never from the machine's own
+				// network (TestMain re-executes the tests in a
+				// namespace of their own).
+				if !isolated {
+					if testutil.RequirePrivileged() {
+						t.Fatal("not in a network namespace of the test's own: the jail would reach the machine's network")
+					}
+					t.Skip("not in a network namespace of the test's own: the jail would reach the machine's network")
+				}
 			}
 			mountsBefore := mountCount(t)
 			fdsBefore := openFDs(t)

@@ -174,9 +174,12 @@ func As(uid int, env []string, argv ...string) *exec.Cmd {
 	return cmd
 }
 
-// Run runs cmd to the end and collects its output and exit status.
+// Run runs cmd to the end and collects its output and exit status. It
+// refuses (fails the test) a command that would start the egress jail on
+// the machine's network (CheckNetSafe).
 func Run(t testing.TB, cmd *exec.Cmd) Result {
 	t.Helper()
+	CheckNetSafe(t, cmd)
 	var out, errb bytes.Buffer
 	if cmd.Stdout == nil {
 		cmd.Stdout = &out
