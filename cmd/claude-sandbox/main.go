@@ -23,7 +23,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/claude-sandbox/claude-sandbox/cmd/claude-sandbox/internal/earlyinit"
 	_ "github.com/claude-sandbox/claude-sandbox/internal/covrun" // a coverage build's GOCOVERDIR (tests only)
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
@@ -59,9 +58,7 @@ func main() {
 	if filepath.Base(os.Args[0]) == "claude" {
 		os.Exit(shadowMain(os.Args[1:], false, os.Stdout, os.Stderr))
 	}
-	code := realMain(os.Args[1:], os.Stdout, os.Stderr)
-	earlyinit.Abort() // a `run` that never reached the sandbox
-	os.Exit(code)
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
@@ -182,9 +179,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	// and is stopped if the launch ends before.
 	var early *nsexec.Early
 	if !dryRun {
-		if early = earlyinit.Take(); early == nil {
-			early = nsexec.Prestart(opts.Net, opts.UID, opts.GID, nsexec.Options{ThreadsNeverEnd: true})
-		}
+		early = nsexec.Prestart(opts.Net, opts.UID, opts.GID, nsexec.Options{ThreadsNeverEnd: true})
 		defer early.Abort()
 	}
 	var sw *statusWriter
