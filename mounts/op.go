@@ -14,6 +14,7 @@
 package mounts
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -182,10 +183,13 @@ func (o Op) MarshalJSON() ([]byte, error) {
 		Data: exact.String(o.Data), Target: exact.String(o.Target), opFields: opFields(o)})
 }
 
-// UnmarshalJSON reads what MarshalJSON writes.
+// UnmarshalJSON reads what MarshalJSON writes, and refuses a field it
+// does not know (see plan.Plan's).
 func (o *Op) UnmarshalJSON(b []byte) error {
 	var j opJSON
-	if err := json.Unmarshal(b, &j); err != nil {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&j); err != nil {
 		return err
 	}
 	*o = Op(j.opFields)

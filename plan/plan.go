@@ -18,6 +18,7 @@
 package plan
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -104,10 +105,14 @@ func (p Plan) MarshalJSON() ([]byte, error) {
 	return json.Marshal(planJSON{Argv: exact.Strings(p.Argv), Env: exact.Strings(p.Env), Dir: exact.String(p.Dir), planFields: planFields(p)})
 }
 
-// UnmarshalJSON reads what MarshalJSON writes.
+// UnmarshalJSON reads what MarshalJSON writes, and refuses a field it
+// does not know: a plan reaches the sandbox's init this way, and a stage
+// binary of another version must not drop a wall it has no field for.
 func (p *Plan) UnmarshalJSON(b []byte) error {
 	var j planJSON
-	if err := json.Unmarshal(b, &j); err != nil {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&j); err != nil {
 		return err
 	}
 	*p = Plan(j.planFields)

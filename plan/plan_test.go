@@ -196,6 +196,38 @@ func TestPlanJSONRoundTrip(t *testing.T) {
 	}
 }
 
+// A field the reader does not know, in the plan or in one of its mount
+// operations, is refused, not dropped: the plan crosses to the sandbox's
+// init this way, and a stage binary of another version must not leave out
+// a wall it has no field for. (The stage channel refuses unknown fields,
+// but a type with its own UnmarshalJSON decided for itself.)
+func TestPlanJSONRefusesUnknownFields(t *testing.T) {
+	p, err := Build(Options{Command: []string{"true"}, Ops: []mounts.Op{{Kind: mounts.Bind, Src: "/home/u/work", Dst: "/w"}}, Stat: host.stat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var top map[string]any
+	if err := json.Unmarshal(b, &top); err != nil {
+		t.Fatal(err)
+	}
+	top["maskEverything"] = true
+	withTop, _ := json.Marshal(top)
+	delete(top, "maskEverything")
+	ops := top["mounts"].([]any)
+	ops[len(ops)-1].(map[string]any)["readOnlyUnlessNew"] = false
+	withOp, _ := json.Marshal(top)
+	for name, in := range map[string][]byte{"plan": withTop, "mount op": withOp} {
+		var q Plan
+		if err := json.Unmarshal(in, &q); err == nil || !strings.Contains(err.Error(), "unknown field") {
+			t.Errorf("a %s with an unknown field: %v, want refused", name, err)
+		}
+	}
+}
+
 func TestLookPath(t *testing.T) {
 	exe := map[string]bool{"/usr/bin/sh": true, "/opt/bin/tool": true}
 	isExec := func(p string) bool { return exe[p] }
