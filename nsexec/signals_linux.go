@@ -57,10 +57,11 @@ func dropSignals() {
 	ignoreUnhandled()
 }
 
-// ignoreUnhandled makes init ignore the signals the Go runtime installs
-// no handler for and leaves at their default, terminating action (32 and
-// 34; 33 is the runtime's own, for AllThreadsSyscall). The kernel drops
-// such a signal sent to a PID namespace's init from inside, but not
+// ignoreUnhandled makes init ignore every signal still at its default
+// action where that action ends the process: the ones the Go runtime
+// installs no handler for (today 32 and 34; 33 is the runtime's own, for
+// AllThreadsSyscall), whatever a runtime version leaves there. The kernel
+// drops such a signal sent to a PID namespace's init from inside, but not
 // always: about one launch in ten, init died of a `kill -32 1` or `kill
 // -34 1` sent by the command long after the start (TestPID1SurvivesSignals
 // failed with exit 160 or 162, the code before this change too; 3 and 6
@@ -69,18 +70,45 @@ func dropSignals() {
 // that it is not dropped there and another thread takes it as fatal to
 // the whole group. Ignored, it is dropped in every case (0 in 40 after).
 // os/signal cannot ignore these (it touches only the signals it may
-// notify), so the disposition is set directly. Like dropSignals, only
-// once the command has started: an ignored disposition is inherited
+// notify), so the disposition is read and set directly. Like dropSignals,
+// only once the command has started: an ignored disposition is inherited
 // across fork and exec.
 func ignoreUnhandled() {
-	for _, sig := range []int{32, 34} {
-		// struct sigaction as rt_sigaction takes it: handler, flags,
-		// restorer, an 8-byte mask (two words, so no padding on
-		// 32-bit ABIs).
-		sa := struct {
-			handler, flags, restorer uintptr
-			mask                     [2]uint32
-		}{handler: 1} // SIG_IGN
-		_, _, _ = unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&sa)), 0, 8, 0, 0)
+	for sig := 1; sig <= 64; sig++ {
+		if !defaultEndsProcess(sig) {
+			continue
+		}
+		var cur kernelSigaction
+		if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), 0, uintptr(unsafe.Pointer(&cur)), 8, 0, 0); e != 0 || cur.handler != sigDFL {
+			continue
+		}
+		ign := kernelSigaction{handler: sigIGN}
+		_, _, _ = unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&ign)), 0, 8, 0, 0)
 	}
+}
+
+// kernelSigaction is struct sigaction as rt_sigaction takes it: handler,
+// flags, restorer, an 8-byte mask (two words, so no padding on 32-bit
+// ABIs).
+type kernelSigaction struct {
+	handler, flags, restorer uintptr
+	mask                     [2]uint32
+}
+
+const (
+	sigDFL = 0
+	sigIGN = 1
+)
+
+// defaultEndsProcess reports whether sig's default action ends the
+// process and the signal can be ignored: not SIGKILL or SIGSTOP, not the
+// ones ignored by default (SIGCHLD, SIGCONT, SIGURG, SIGWINCH), not the
+// stop signals (a namespace's init is never stopped from inside).
+func defaultEndsProcess(sig int) bool {
+	switch unix.Signal(sig) {
+	case unix.SIGKILL, unix.SIGSTOP, unix.SIGCHLD, unix.SIGCONT, unix.SIGURG, unix.SIGWINCH,
+		unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
+		return false
+	}
+	return true
 }
