@@ -227,10 +227,16 @@ func (l *launch) spawnInit() error {
 		return err
 	}
 	l.setInit(l.cmd.Process.Pid, false)
+	l.closeChildEnds()
+	return nil
+}
+
+// closeChildEnds closes the launcher's copies of the stage's ends of its
+// channels, once a stage holds them.
+func (l *launch) closeChildEnds() {
 	l.initChild.Close()
 	l.fdChild.Close()
 	l.initChild, l.fdChild = nil, nil
-	return nil
 }
 
 // start creates the stages and runs init up to the command's start. With
@@ -249,9 +255,7 @@ func (l *launch) start(spawned bool) (int, error) {
 		if code, err := l.startHolder(); err != nil {
 			return code, err
 		}
-		l.initChild.Close()
-		l.fdChild.Close()
-		l.initChild, l.fdChild = nil, nil
+		l.closeChildEnds()
 	} else if !spawned {
 		if err := l.spawnInit(); err != nil {
 			return ExitSetup, err

@@ -20,7 +20,7 @@ type stageCmd struct {
 	Path        string
 	Args        []string
 	Env         []string
-	Stdin       *os.File // nil: /dev/null, as exec.Cmd
+	Stdin       *os.File // all three set: the launcher's defaults, or /dev/null
 	Stdout      *os.File
 	Stderr      *os.File
 	ExtraFiles  []*os.File // fds 3, 4, ...
@@ -32,22 +32,7 @@ type stageCmd struct {
 
 // Start starts the stage; an error is an *os.PathError, as exec.Cmd's.
 func (c *stageCmd) Start() error {
-	stdio := []*os.File{c.Stdin, c.Stdout, c.Stderr}
-	var null *os.File
-	for i, f := range stdio {
-		if f != nil {
-			continue
-		}
-		if null == nil {
-			var err error
-			if null, err = os.OpenFile(os.DevNull, os.O_RDWR, 0); err != nil {
-				return err
-			}
-			defer null.Close()
-		}
-		stdio[i] = null
-	}
-	files := append(stdio, c.ExtraFiles...)
+	files := append([]*os.File{c.Stdin, c.Stdout, c.Stderr}, c.ExtraFiles...)
 	fds := make([]uintptr, len(files))
 	for i, f := range files {
 		fds[i] = f.Fd()
