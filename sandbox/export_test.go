@@ -6,3 +6,7 @@ func SetDefaultStageExe(exe string) { defaultStageExe = exe }
 
 // CanBeOwnStage reports whether this binary can run the stages itself.
 func CanBeOwnStage() bool { return allThreadsSyscallWorks() }
+
+// DefaultStageExe is the stage binary the tests' sandboxes use ("" for
+// this binary itself).
+func DefaultStageExe() string { return defaultStageExe }
