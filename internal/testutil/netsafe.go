@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -22,8 +23,9 @@ var startNetns, _ = os.Readlink("/proc/self/ns/net")
 // CheckNetSafe fails the test when cmd would start claude-sandbox's egress
 // jail in the test process's own network namespace: a `claude-sandbox
 // run` (directly or in a shell script argument) without --net=none or
-// --net=host, not under `ip netns exec` or `unshare --net`, started from
-// a thread that is not in another namespace (InNetns). Run calls it; call
+// --net=host, not under `ip netns exec` or `unshare --net`, not cloned
+// into a new network namespace (SysProcAttr.Cloneflags), started from a
+// thread that is not in another namespace (InNetns). Run calls it; call
 // it before a cmd.Start of a launcher. It looks at the command line only:
 // programs that start the jail through the Go API (embedding programs)
 // and the shadow `claude` are the caller's to put in a lab.
@@ -31,6 +33,9 @@ func CheckNetSafe(t testing.TB, cmd *exec.Cmd) {
 	t.Helper()
 	if !JailOnTestNetwork(cmd.Args) {
 		return
+	}
+	if cmd.SysProcAttr != nil && cmd.SysProcAttr.Cloneflags&syscall.CLONE_NEWNET != 0 {
+		return // started in a network namespace of its own
 	}
 	if cur, err := os.Readlink("/proc/thread-self/ns/net"); err == nil && startNetns != "" && cur != startNetns {
 		return // started from a thread in another namespace (InNetns)

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"os/exec"
+	"syscall"
 	"testing"
 )
 
@@ -60,6 +61,13 @@ func TestCheckNetSafe(t *testing.T) {
 	CheckNetSafe(ft, exec.Command("/nonexistent/claude-sandbox", "run", "--net=none", "--", "/bin/true"))
 	if ft.failed {
 		t.Error("a launch with --net=none was refused")
+	}
+	own := exec.Command("/nonexistent/claude-sandbox", "run", "--", "/bin/true")
+	own.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	ft = &fakeTB{TB: t}
+	CheckNetSafe(ft, own)
+	if ft.failed {
+		t.Error("a jailed launch cloned into a network namespace of its own was refused")
 	}
 }
 
