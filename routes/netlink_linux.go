@@ -147,7 +147,7 @@ func (n *Netlink) Exec(op Op) error {
 		return n.h.AddrAdd(l, netlinkAddr(op.Prefix))
 	default:
 		idx := 0
-		if op.Kind == OpDefault || op.Kind == OpPunch || op.Kind == OpSink {
+		if op.isRoute() {
 			l, err := n.link(op.Link)
 			if err != nil {
 				return err
@@ -209,7 +209,7 @@ func netlinkRoute(op Op, linkIndex int) (*netlink.Route, error) {
 // routeOf builds the netlink route of a route operation.
 func (n *Netlink) routeOf(op Op) (*netlink.Route, error) {
 	idx := 0
-	if op.Kind == OpDefault || op.Kind == OpPunch || op.Kind == OpSink {
+	if op.isRoute() {
 		l, err := n.link(op.Link)
 		if err != nil {
 			return nil, err
