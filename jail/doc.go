@@ -5,8 +5,9 @@
 // (package userstack). [Prepare] is pure: given [HostFacts] it decides
 // every address and rule, so the whole jail can be printed and tested
 // without privileges. The jail is the engine's network driver
-// (driver_linux.go): its child half builds the jail's namespace inside the
-// engine's holder stage (TUN links, routes, filter) and passes back the
+// (driver_linux.go): its child half, package netchild, builds the jail's
+// namespace inside the engine's holder stage (TUN links, routes, filter)
+// and passes back the
 // links and two netlink sockets opened there; [Jail], the launcher's half,
 // serves them. Once attached it follows the host's network: each change of
 // the host's links, addresses, routes or rules rebuilds the policy,

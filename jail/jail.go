@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/claude-sandbox/claude-sandbox/jail/netchild"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/routes"
 	"github.com/claude-sandbox/claude-sandbox/userstack"
@@ -127,17 +128,17 @@ func (j *Jail) fail(err error) {
 // devices, the jail namespace's netlink sockets and the links' indexes.
 func (j *Jail) Attach(files []*os.File, reply []byte) error {
 	if err := j.attach(files, reply); err != nil {
-		return fmt.Errorf("the userstack cannot attach to the TUN device: %w; %s", err, tunFixes)
+		return fmt.Errorf("the userstack cannot attach to the TUN device: %w; %s", err, netchild.TUNFixes)
 	}
 	j.startLive()
 	return nil
 }
 
 func (j *Jail) attach(files []*os.File, reply []byte) error {
-	if len(files) != childFiles {
-		return fmt.Errorf("want %d descriptors from the child driver, got %d", childFiles, len(files))
+	if len(files) != netchild.Files {
+		return fmt.Errorf("want %d descriptors from the child driver, got %d", netchild.Files, len(files))
 	}
-	var r childReply
+	var r netchild.Reply
 	if err := json.Unmarshal(reply, &r); err != nil {
 		return fmt.Errorf("the child driver's reply: %w", err)
 	}
@@ -145,23 +146,23 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 	// keeps its own of the egress device).
 	var socks routes.Sockets
 	var err error
-	if socks.Route, err = dupFile(files[fileRoute], false); err != nil {
+	if socks.Route, err = dupFile(files[netchild.FileRoute], false); err != nil {
 		return err
 	}
-	if socks.Netfilter, err = dupFile(files[fileNetfilter], false); err != nil {
+	if socks.Netfilter, err = dupFile(files[netchild.FileNetfilter], false); err != nil {
 		socks.Route.Close()
 		return err
 	}
 	socks.Links = r.Links
 	conn := routes.NewConn(socks)
-	sinkDev, err := dupFile(files[fileSink], true)
+	sinkDev, err := dupFile(files[netchild.FileSink], true)
 	if err != nil {
 		conn.Close()
 		return err
 	}
 	j.sink = sinkDev
-	devs := files[:fileSink+1]
-	ep := userstack.NewTUN(devs[0], uint32(routes.DefaultMTU), vnetHdrLen, func(err error) {
+	devs := files[:netchild.FileSink+1]
+	ep := userstack.NewTUN(devs[0], uint32(routes.DefaultMTU), netchild.VnetHdrLen, func(err error) {
 		j.fail(fmt.Errorf("TUN device: %w", err))
 	})
 	pol := j.setup.Policy

@@ -1,6 +1,7 @@
 package nsexec
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,9 +41,10 @@ func Init() {
 // than the one it started with (the bounding and ambient sets and
 // no_new_privs of the main thread; the capability sets and the seccomp
 // filter are set on every thread anyway). The command is still forked
-// from the main thread. The holder is left to Init: it
-// runs the jail's child driver, which its package registers from its own
-// init function, possibly not run yet. main must still call Init.
+// from the main thread. The holder runs here too when the network driver
+// it names is registered already (the jail's is: stageinit links it);
+// otherwise it is left to Init, as its driver's package registers it from
+// its own init function, possibly not run yet. main must still call Init.
 func InitEarly() {
 	if noEarlyInit {
 		return
@@ -71,6 +73,22 @@ type heldStart struct {
 }
 
 var held *heldStart
+
+// holderDriverReady says whether the network driver a holder's start
+// names is registered already: the jail's (package netchild, which
+// nsexec/stageinit links) is, at package initialisation; another is
+// registered by its own package's init function, which may not have run
+// yet, so its holder waits for main. A start that does not decode is left
+// to dispatchStage to report.
+func holderDriverReady(m envelope) bool {
+	var start struct {
+		Driver string `json:"driver"`
+	}
+	if err := json.Unmarshal(m.Body, &start); err != nil {
+		return true
+	}
+	return netChild(start.Driver) != nil
+}
 
 // runStage runs the stage and returns its exit status, or ran false when
 // it left a holder's start to Init (see InitEarly).
@@ -111,7 +129,7 @@ func runStage() (code int, ran bool) {
 		fmt.Fprintln(os.Stderr, "claude-sandbox: stage channel: no start message:", err)
 		return ExitSetup, true
 	}
-	if atPackageInit && m.Kind == msgStartHolder {
+	if atPackageInit && m.Kind == msgStartHolder && !holderDriverReady(m) {
 		held = &heldStart{ch: ch, m: m, cloexecErr: cloexecErr}
 		return 0, false
 	}
@@ -140,7 +158,9 @@ func dispatchStage(ch *channel, m envelope, cloexecErr error) int {
 		if err := ch.decode(m, &start); err != nil {
 			return reportStage(ch)(0, err)
 		}
-		runtime.LockOSThread()
+		if !atPackageInit {
+			runtime.LockOSThread()
+		}
 		return runHolder(ch, start)
 	}
 	_ = ch.send(msgError, stageFailure{Text: (&protocolError{peer: "launcher", err: fmt.Errorf("%q arrived where a start was due", m.Kind)}).Error(), Code: ExitSetup})

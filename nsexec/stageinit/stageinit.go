@@ -9,12 +9,18 @@
 // stage then starts before the packages it does not need are initialised
 // and keeps one thread fewer for the sandbox's life (see
 // nsexec.InitEarly). Packages initialise in the order of their import
-// paths where their imports allow, and this one comes right after nsexec.
+// paths where their imports allow, and this one comes right after nsexec
+// (and the jail's child driver, which it links, so that the holder stage
+// can run from here as well).
 package stageinit
 
 import (
 	// First: a coverage build turns the early start off (covrun).
 	_ "github.com/claude-sandbox/claude-sandbox/internal/covrun"
+	// The egress jail's child driver registers itself before this
+	// package's init runs, so a holder stage starts from package
+	// initialisation too instead of waiting for main.
+	_ "github.com/claude-sandbox/claude-sandbox/jail/netchild"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
 )
 

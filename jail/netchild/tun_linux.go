@@ -1,4 +1,4 @@
-package jail
+package netchild
 
 import (
 	"errors"
@@ -9,13 +9,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tunFixes is appended to every TUN failure: how to get the device, and
+// TUNFixes is appended to every TUN failure: how to get the device, and
 // the documented way to run without the jail. The jail never falls back to
 // open egress by itself.
-const tunFixes = "run without the egress jail only on purpose: --net=host (for the Claude shadow: CLAUDE_SANDBOX_EGRESS_JAIL=0)"
+const TUNFixes = "run without the egress jail only on purpose: --net=host (for the Claude shadow: CLAUDE_SANDBOX_EGRESS_JAIL=0)"
 
-// tunLink is a TUN link the jail wants.
-type tunLink struct {
+// Link is a TUN link the jail wants.
+type Link struct {
 	Name string `json:"name"`
 	// Offload opens it with IFF_VNET_HDR: every packet carries a
 	// virtio-net header, so checksums and segmentation can be left to the
@@ -23,23 +23,23 @@ type tunLink struct {
 	Offload bool `json:"offload,omitempty"`
 }
 
-// vnetHdrLen is the size of the virtio-net header on an Offload link.
-const vnetHdrLen = 10
+// VnetHdrLen is the size of the virtio-net header on an Offload link.
+const VnetHdrLen = 10
 
 // openTUN creates the TUN link in the current network namespace and
 // returns its fd (no packet-information header: IP packets, preceded by a
 // virtio-net header when Offload).
-func openTUN(dev tunLink) (int, error) {
+func openTUN(dev Link) (int, error) {
 	name := dev.Name
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		switch {
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENXIO), errors.Is(err, unix.ENODEV):
-			return -1, fmt.Errorf("egress jail: /dev/net/tun is missing (%w): load the module (modprobe tun), or in a container pass the device (docker run --device=/dev/net/tun); or %s", err, tunFixes)
+			return -1, fmt.Errorf("egress jail: /dev/net/tun is missing (%w): load the module (modprobe tun), or in a container pass the device (docker run --device=/dev/net/tun); or %s", err, TUNFixes)
 		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
-			return -1, fmt.Errorf("egress jail: cannot open /dev/net/tun as uid %d (%w): most distributions ship it mode 0666 (chmod 0666 /dev/net/tun), or in a container pass it with --device=/dev/net/tun; or %s", os.Getuid(), err, tunFixes)
+			return -1, fmt.Errorf("egress jail: cannot open /dev/net/tun as uid %d (%w): most distributions ship it mode 0666 (chmod 0666 /dev/net/tun), or in a container pass it with --device=/dev/net/tun; or %s", os.Getuid(), err, TUNFixes)
 		}
-		return -1, fmt.Errorf("egress jail: open /dev/net/tun: %w; %s", err, tunFixes)
+		return -1, fmt.Errorf("egress jail: open /dev/net/tun: %w; %s", err, TUNFixes)
 	}
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
@@ -53,10 +53,10 @@ func openTUN(dev tunLink) (int, error) {
 	ifr.SetUint16(flags)
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(ifr))); e != 0 {
 		unix.Close(fd)
-		return -1, fmt.Errorf("egress jail: create TUN link %s: %w; %s", name, e, tunFixes)
+		return -1, fmt.Errorf("egress jail: create TUN link %s: %w; %s", name, e, TUNFixes)
 	}
 	if dev.Offload {
-		hdr := vnetHdrLen
+		hdr := VnetHdrLen
 		if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, hdr); err != nil {
 			unix.Close(fd)
 			return -1, fmt.Errorf("egress jail: TUN link %s: virtio-net header size: %w", name, err)
