@@ -88,10 +88,12 @@ func TestReachHostPort(t *testing.T) {
 // --allow-host-port: inside the jail loopback is the sandbox's own, so
 // the entry would otherwise do nothing, silently. The unspecified
 // addresses (0.0.0.0, ::, and ranges holding them), which a host-side
-// connection takes to the host's loopback, are refused the same way. In
-// the default mode (the jail), so in a network namespace of the test's
-// own (unshare --net, which execs in the same process): were a refusal to
-// go missing, the jail that started would send nothing out of it.
+// connection takes to the host's loopback, are refused the same way, and
+// so are the NAT64 forms of both (64:ff9b::7f00:1, 64:ff9b::, ranges
+// holding them; accepted before). In the default mode (the jail), so in a
+// network namespace of the test's own (unshare --net, which execs in the
+// same process): were a refusal to go missing, the jail that started
+// would send nothing out of it.
 func TestReachAllowLoopbackRefused(t *testing.T) {
 	testutil.NeedsRoot(t)
 	bin := testutil.Build(t, "./cmd/claude-sandbox")
@@ -106,6 +108,10 @@ func TestReachAllowLoopbackRefused(t *testing.T) {
 		{"--allow-ip", "::ffff:0.0.0.0"},
 		{"--allow-cidr", "0.0.0.0/8"},
 		{"--allow-cidr", "0.0.0.0/31"},
+		{"--allow-ip", "64:ff9b::7f00:1"},
+		{"--allow-ip", "64:ff9b::"},
+		{"--allow-cidr", "64:ff9b::7f00:0/104"},
+		{"--allow-cidr", "64:ff9b::/96"},
 	} {
 		argv := append(append([]string{"run"}, args...), "--", "/bin/echo", "started")
 		r := testutil.Run(t, testutil.As(0, nil, append([]string{"unshare", "--net", bin}, argv...)...))

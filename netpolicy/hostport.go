@@ -54,17 +54,25 @@ var (
 
 // RefuseLoopback refuses an allow entry that names the host's loopback, or
 // the unspecified address 0.0.0.0 or ::, or a range holding any of them
-// (0.0.0.0/8, 64.0.0.0/2, ::/127). Inside the jail, 127.0.0.1 and ::1
+// (0.0.0.0/8, 64.0.0.0/2, ::/127), in any of their forms: IPv4-mapped
+// (::ffff:127.0.0.1) and NAT64 under the well-known prefix 64:ff9b::/96
+// (RFC 6052: 64:ff9b::7f00:1, 64:ff9b::, 64:ff9b::7f00:0/104, and any
+// range holding all of 64:ff9b::/96). Inside the jail, 127.0.0.1 and ::1
 // are the sandbox's own loopback, so such an entry could never reach the
 // host and would silently do nothing; 0.0.0.0 and :: dialed on the host
-// side would reach the host's loopback (the relay refuses that at
-// connect time whatever the policy says, so the entry could only ever be
-// refused). The host's loopback services are reached through
-// --allow-host-port. ParseAllow applies it (the command line, the
+// side would reach the host's loopback (the relay refuses that at connect
+// time whatever the policy says, so the entry could only ever be
+// refused); a NAT64 form of either leads, if anywhere, to a translator's
+// loopback (RFC 6052 forbids translating them), never to a loopback
+// service the sandbox may use. The host's loopback services are reached
+// through --allow-host-port. ParseAllow applies it (the command line, the
 // shadow's config), as does package sandbox to Spec.Allow; New does not
 // (a policy built in code may allow what it likes, and routes keep
 // loopback local and the relay refuses it anyway). A /0 never gets here
-// from ParseAllow, which refuses it first as "allow everything".
+// from ParseAllow, which refuses it first as "allow everything". Network-
+// specific NAT64 prefixes (Config.NAT64) are found on the host while the
+// sandbox runs, after the entries are parsed: their forms are not refused
+// here.
 func RefuseLoopback(pfx netip.Prefix) error {
 	pfx = unmapPrefix(pfx)
 	name := pfx.String()
@@ -75,10 +83,26 @@ func RefuseLoopback(pfx netip.Prefix) error {
 	switch {
 	case pfx.Overlaps(loopback4) || pfx.Overlaps(loopback6):
 		return fmt.Errorf("%s is loopback, which inside the jail is the sandbox's own: %s", name, use)
-	case pfx.IsSingleIP() && (pfx.Overlaps(unspecified4) || pfx.Overlaps(unspecified6)):
-		return fmt.Errorf("%s is the unspecified address, which a connection made on the host takes to the host's loopback, so it is never dialed: %s", name, use)
 	case pfx.Overlaps(unspecified4) || pfx.Overlaps(unspecified6):
-		return fmt.Errorf("%s holds the unspecified address %s, which a connection made on the host takes to the host's loopback, so it is never dialed: %s", name, pfx.Masked().Addr(), use)
+		what := "is the unspecified address"
+		if !pfx.IsSingleIP() {
+			what = "holds the unspecified address " + pfx.Masked().Addr().String()
+		}
+		return fmt.Errorf("%s %s, which a connection made on the host takes to the host's loopback, so it is never dialed: %s", name, what, use)
+	case pfx.Bits() <= nat64Prefix.Bits() && pfx.Overlaps(nat64Prefix):
+		return fmt.Errorf("%s holds every IPv4 address in its NAT64 form (%s), loopback %s and the unspecified address %s among them: %s", name, nat64Prefix, loopback4, unspecified4.Addr(), use)
+	case nat64Prefix.Contains(pfx.Addr()):
+		// A NAT64 form (longer than the prefix): refused as the IPv4
+		// range it embeds (its last 32 bits) would be, saying so.
+		a := pfx.Addr().As16()
+		v4 := netip.PrefixFrom(netip.AddrFrom4([4]byte(a[12:])), pfx.Bits()-nat64Prefix.Bits())
+		if err := RefuseLoopback(v4); err != nil {
+			shown := v4.String()
+			if v4.IsSingleIP() {
+				shown = v4.Addr().String()
+			}
+			return fmt.Errorf("%s is %s in its NAT64 form (%s): %w", name, shown, nat64Prefix, err)
+		}
 	}
 	return nil
 }

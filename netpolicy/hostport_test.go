@@ -79,6 +79,49 @@ func TestAllowUnspecifiedRefused(t *testing.T) {
 	}
 }
 
+// The NAT64 forms (well-known prefix 64:ff9b::/96, RFC 6052: the IPv4
+// address in the last 32 bits) of loopback and of the unspecified address,
+// and ranges holding them, are refused as the IPv4 forms are, the message
+// naming the value, the IPv4 address it embeds and --allow-host-port; the
+// NAT64 forms of other addresses are not. They were accepted before.
+func TestAllowNAT64LoopbackRefused(t *testing.T) {
+	for in, want := range map[string][]string{
+		"64:ff9b::7f00:1":      {"64:ff9b::7f00:1 is 127.0.0.1 in its NAT64 form (64:ff9b::/96)", "127.0.0.1 is loopback"},
+		"64:ff9b::127.0.0.1":   {"64:ff9b::7f00:1 is 127.0.0.1 in its NAT64 form", "127.0.0.1 is loopback"},
+		"64:ff9b::7f01:203":    {"64:ff9b::7f01:203 is 127.1.2.3 in its NAT64 form", "127.1.2.3 is loopback"},
+		"64:ff9b::7f00:1/128":  {"64:ff9b::7f00:1 is 127.0.0.1 in its NAT64 form", "127.0.0.1 is loopback"},
+		"64:ff9b::7f00:0/104":  {"64:ff9b::7f00:0/104 is 127.0.0.0/8 in its NAT64 form", "127.0.0.0/8 is loopback"},
+		"64:ff9b::7f05:0/112":  {"64:ff9b::7f05:0/112 is 127.5.0.0/16 in its NAT64 form", "127.5.0.0/16 is loopback"},
+		"64:ff9b::/97":         {"64:ff9b::/97 is 0.0.0.0/1 in its NAT64 form", "0.0.0.0/1 is loopback"},
+		"64:ff9b::":            {"64:ff9b:: is 0.0.0.0 in its NAT64 form (64:ff9b::/96)", "0.0.0.0 is the unspecified address"},
+		"64:ff9b::0.0.0.0/128": {"64:ff9b:: is 0.0.0.0 in its NAT64 form", "0.0.0.0 is the unspecified address"},
+		"64:ff9b::/104":        {"64:ff9b::/104 is 0.0.0.0/8 in its NAT64 form", "0.0.0.0/8 holds the unspecified address 0.0.0.0"},
+		"64:ff9b::/127":        {"64:ff9b::/127 is 0.0.0.0/31 in its NAT64 form", "0.0.0.0/31 holds the unspecified address 0.0.0.0"},
+		"64:ff9b::/96":         {"64:ff9b::/96 holds every IPv4 address in its NAT64 form (64:ff9b::/96), loopback 127.0.0.0/8 and the unspecified address 0.0.0.0 among them"},
+		"64:ff9b::/64":         {"64:ff9b::/64 holds every IPv4 address in its NAT64 form"},
+		"64::/16":              {"64::/16 holds every IPv4 address in its NAT64 form"},
+	} {
+		_, err := ParseAllow(in)
+		for _, w := range append(want, "--allow-host-port") {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("ParseAllow(%q): %v, want a refusal saying %q", in, err, w)
+			}
+		}
+		pfx, err := netip.ParsePrefix(in)
+		if a, aerr := netip.ParseAddr(in); aerr == nil {
+			pfx, err = netip.PrefixFrom(a, a.BitLen()), nil
+		}
+		if err != nil || RefuseLoopback(pfx) == nil { // as Spec.Allow is checked
+			t.Errorf("RefuseLoopback(%s) = nil (%v)", in, err)
+		}
+	}
+	for _, in := range []string{"64:ff9b::1.1.1.1", "64:ff9b::8000:0/97", "64:ff9b::8000:0/98", "64:ff9b::1:0/112", "64:ff9b::a01:203", "64:ff9b::ffff:ffff", "64:ff9b:0:0:0:1::/96", "64:ff9a::/32", "64:ff9c::7f00:1"} {
+		if _, err := ParseAllow(in); err != nil {
+			t.Errorf("ParseAllow(%q): %v", in, err)
+		}
+	}
+}
+
 func TestParsePublish(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
 	for in, want := range map[string]Publish{

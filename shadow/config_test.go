@@ -50,6 +50,8 @@ func TestParseConfig(t *testing.T) {
 		{"allow-ip loopback", "allow-ip = 127.0.0.1\n", Config{}, "f:1: allow-ip: 127.0.0.1 is loopback"},
 		{"allow-ip unspecified", "allow-ip = ::\n", Config{}, "f:1: allow-ip: :: is the unspecified address"},
 		{"allow-ip range holding 0.0.0.0", "allow-ip = 0.0.0.0/8\n", Config{}, "f:1: allow-ip: 0.0.0.0/8 holds the unspecified address 0.0.0.0"},
+		{"allow-ip nat64 loopback", "allow-ip = 64:ff9b::7f00:1\n", Config{}, "f:1: allow-ip: 64:ff9b::7f00:1 is 127.0.0.1 in its NAT64 form"},
+		{"allow-ip nat64 unspecified", "allow-ip = 64:ff9b::\n", Config{}, "f:1: allow-ip: 64:ff9b:: is 0.0.0.0 in its NAT64 form"},
 		{"allow-host-port", "allow-host-port = 11434\nallow-host-port = 5353/udp\n", with(func(c *Config) {
 			c.AllowHostPort = []netpolicy.HostPort{{Proto: netpolicy.ProtoTCP, Port: 11434}, {Proto: netpolicy.ProtoUDP, Port: 5353}}
 		}), ""},

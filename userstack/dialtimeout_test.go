@@ -93,38 +93,12 @@ func TestNamesDeferredDialTimeoutDialer(t *testing.T) {
 // served on nsServer, the name resolves to nsVoid, whose SYNs are dropped
 // on that namespace's lo. Nothing leaves the namespace.
 func TestNamesDeferredDialTimeoutOwnSocket(t *testing.T) {
-	const childEnv = "USERSTACK_TEST_NETNS_CHILD"
-	if os.Getenv(childEnv) != "1" {
-		testutil.NeedsRoot(t)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestNamesDeferredDialTimeoutOwnSocket$", "-test.v", "-test.count=1", "-test.timeout=120s")
-		cmd.Env = append(os.Environ(), childEnv+"=1")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS: TestNamesDeferredDialTimeoutOwnSocket") {
-			t.Fatalf("in its own network namespace: %v\n%s", err, out)
-		}
+	if !inOwnNetnsChild(t, "TestNamesDeferredDialTimeoutOwnSocket") {
 		return
-	}
-	if err := setUpTestNetns(); err != nil {
-		t.Fatalf("set up the namespace: %v", err)
 	}
 	z := newZoneDialer()
 	z.addA("void.test", nsVoid.String())
-	pc, err := net.ListenPacket("udp4", netip.AddrPortFrom(nsServer, 53).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	go func() {
-		buf := make([]byte, 65535)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo(z.answer(buf[:n]), from)
-		}
-	}()
+	serveZoneUDP(t, z)
 	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	h.start(t, Config{
 		Policy:         netpolicy.MustNew(netpolicy.Config{}),
@@ -137,4 +111,52 @@ func TestNamesDeferredDialTimeoutOwnSocket(t *testing.T) {
 		Names:          &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"void.test": nil}}, PeekTimeout: 20 * time.Millisecond},
 	})
 	deferredDialResets(t, &namesHarness{harness: h, zone: z}, "void.test")
+}
+
+// inOwnNetnsChild runs the test named name again in a child process in a
+// network namespace of its own, set up by setUpTestNetns, and reports
+// true in that child, where the test's body runs; in the parent it checks
+// that the child passed and reports false. The stack's own dials and DNS
+// exchanges run on worker goroutines, on any thread, so one thread moved
+// into a namespace (inPrivateNetns) would not hold them: the whole
+// process is moved. Nothing leaves the namespace.
+func inOwnNetnsChild(t *testing.T, name string) bool {
+	t.Helper()
+	const childEnv = "USERSTACK_TEST_NETNS_CHILD"
+	if os.Getenv(childEnv) != "1" {
+		testutil.NeedsRoot(t)
+		cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1", "-test.timeout=120s")
+		cmd.Env = append(os.Environ(), childEnv+"=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: "+name) {
+			t.Fatalf("in its own network namespace: %v\n%s", err, out)
+		}
+		return false
+	}
+	if err := setUpTestNetns(); err != nil {
+		t.Fatalf("set up the namespace: %v", err)
+	}
+	return true
+}
+
+// serveZoneUDP answers DNS queries to nsServer:53 from z, until the test
+// ends (in a namespace of inOwnNetnsChild).
+func serveZoneUDP(t *testing.T, z *zoneDialer) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp4", netip.AddrPortFrom(nsServer, 53).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 65535)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(z.answer(buf[:n]), from)
+		}
+	}()
 }

@@ -37,6 +37,15 @@ import (
 // with its first bytes before it is relayed (peekwatch.go), so waiting
 // out the timeout and then naming another host gets a RST as well.
 //
+// A flow to a name counts among the connections opening (the cap of
+// Config.MaxInFlight) from its SYN until its host connect ends, connected
+// or failed: the wait for its first bytes, the name's resolution and the
+// connect all keep its place, as a plain flow's dial does. A sandbox that
+// completes its handshakes gains nothing: a SYN over the cap is dropped
+// (the sandbox retries it), and no more host sockets are ever connecting
+// at once than the cap (the count once ended at the sandbox's handshake
+// ACK, leaving deferred dials to blackholed addresses without a bound).
+//
 // What the sandbox sees differs from a plain relayed flow in one way: its
 // connect succeeds before the host is reached, so a refused or
 // unreachable destination ends in a RST after the connect instead of a
@@ -232,10 +241,13 @@ func (p *peekState) dial() {
 	f.peek = nil
 	// writing stays set: the first EPOLLOUT (the connect's end) flushes
 	// pend, passes a FIN on and clears it; a failed connect ends there.
-	if st.cfg.Dialer == nil {
+	if st.cfg.Dialer != nil {
+		f.openDone() // the Dialer's conn is connected: the flow is open
+	} else {
 		// The stack's own connect is still under way: it gets DialTimeout,
 		// as a Dialer's dial does (dialConn), not the kernel's SYN
-		// retries (about two minutes).
+		// retries (about two minutes). The flow stays counted as opening
+		// until the connect ends (pollReady), or the flow does.
 		c := &connectWait{f: f}
 		c.timer = newLoopTimer(c)
 		f.connWait = c

@@ -57,7 +57,8 @@ const (
 	// accepted (tests use them) but break it.
 	MinUDPIdleTimeout = 2 * time.Minute
 	// DefaultMaxInFlight is how many TCP connections may be opening at
-	// once (dialing, or waiting for the sandbox's handshake ACK). High, so
+	// once (dialing, or waiting for the sandbox's handshake ACK; a flow
+	// to a name until its deferred dial's connect ends, peek.go). High, so
 	// a few blackholed or slow destinations cannot stall every other
 	// connection; bounded, so a SYN flood cannot take every descriptor.
 	DefaultMaxInFlight = 4096
@@ -117,8 +118,9 @@ type Config struct {
 	// DefaultUDPIdleTimeout. Below MinUDPIdleTimeout it breaks RFC 4787's
 	// floor: for tests.
 	UDPIdleTimeout time.Duration
-	// MaxInFlight bounds TCP connections still opening; default
-	// DefaultMaxInFlight.
+	// MaxInFlight bounds TCP connections still opening (see
+	// DefaultMaxInFlight); a SYN over it is dropped, unanswered and
+	// unrecorded, and the sandbox retries it. Default DefaultMaxInFlight.
 	MaxInFlight int
 	// MaxUDPFlows caps the live UDP flows; default DefaultMaxUDPFlows.
 	// A new flow beyond it evicts the least recently used one (its host

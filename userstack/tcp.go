@@ -319,7 +319,8 @@ type tcpFlow struct {
 	// registration on the event loop.
 	pollFD
 	flags flowFlags // what has happened to the flow (see flowFlags)
-	// opening: counted in st.opening (dialing or SYN-RCVD). Guarded by
+	// opening: counted in st.opening (dialing or SYN-RCVD; a flow to a
+	// name until its deferred dial's connect ends, peek.go). Guarded by
 	// both mu and the stack's mu: set and cleared under both, read under
 	// either. Not a bit of flags: those change under mu alone.
 	opening bool
@@ -466,6 +467,19 @@ func (st *Stack) goFlow(fn func()) bool {
 	st.wg.Add(1)
 	st.work.Go(fn)
 	return true
+}
+
+// openDone takes the flow out of the count of flows opening (called with
+// mu): it is established, or its deferred dial's connect ended. A flow
+// that closes first leaves the count when it is torn down (unlock).
+func (f *tcpFlow) openDone() {
+	if !f.opening {
+		return
+	}
+	f.st.mu.Lock()
+	f.st.opening--
+	f.opening = false
+	f.st.mu.Unlock()
 }
 
 // maxSegment is the largest TCP payload that fits the link's MTU.

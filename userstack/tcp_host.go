@@ -214,6 +214,7 @@ func (f *tcpFlow) pollReady(events uint32) {
 	}
 	if events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		f.endConnectWait() // a deferred dial's connect ended (peek.go)
+		f.openDone()
 		if f.has(pendWaiting) {
 			f.flush()
 		}

@@ -230,10 +230,11 @@ func (f *tcpFlow) segment(in *tcpIn) {
 			return
 		}
 		f.state = tcpEstablished
-		f.st.mu.Lock()
-		f.st.opening--
-		f.st.mu.Unlock()
-		f.opening = false
+		if f.peek == nil {
+			// A flow to a name (peek.go) is still opening until its
+			// deferred dial ends: it keeps its place under the cap.
+			f.openDone()
+		}
 		f.sndUna = ack
 		f.retries, f.rto = 0, tcpRTOMin
 		f.sndWnd = seqnum.Size(h.WindowSize()) << f.sndShift
