@@ -425,14 +425,17 @@ func TestNamesWatchPartialTake(t *testing.T) {
 
 // An allowed name that resolves to the host's loopback or to an
 // unspecified address (a host-side connect to 0.0.0.0 or :: reaches the
-// host's loopback) is never dialed, even under a policy built in code
+// host's loopback), or to either in its NAT64 form (64:ff9b::/96, which a
+// translator on the host's path takes to its own loopback), is never
+// dialed, even under a policy built in code
 // that allows those addresses (netpolicy.New refuses no entry; the
 // command line does refuse loopback). The host's loopback is reached
 // only at a gateway's allowed host port.
 func TestNamesHostLoopbackNeverDialed(t *testing.T) {
 	h := newNamesHarnessAllow(t, map[string][]uint16{"lo.test": nil}, NameConfig{PeekTimeout: 20 * time.Millisecond},
-		netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("0.0.0.0/32"), netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("::/128"))
-	h.zone.addA("lo.test", "127.0.0.1", "0.0.0.0", "::1", "::")
+		netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("0.0.0.0/32"), netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("::/128"),
+		netip.MustParsePrefix("64:ff9b::7f00:1/128"), netip.MustParsePrefix("64:ff9b::/128"))
+	h.zone.addA("lo.test", "127.0.0.1", "0.0.0.0", "::1", "::", "64:ff9b::7f00:1", "64:ff9b::")
 	syn := answerAddrs(t, h.query(t, "lo.test.", dnsmessage.TypeA), "lo.test.")[0]
 	src := netip.AddrPortFrom(jail4, 44100)
 	dst := netip.AddrPortFrom(syn, 8081)
@@ -446,7 +449,7 @@ func TestNamesHostLoopbackNeverDialed(t *testing.T) {
 		got = append(got, b.Name+"|"+b.Dst.String()+"|"+b.Rule)
 	}
 	want := []string{
-		"lo.test|" + dst.String() + "|resolves only to blocked addresses: 127.0.0.1 (" + rule + "), 0.0.0.0 (" + rule + "), ::1 (" + rule + "), :: (" + rule + ")",
+		"lo.test|" + dst.String() + "|resolves only to blocked addresses: 127.0.0.1 (" + rule + "), 0.0.0.0 (" + rule + "), ::1 (" + rule + "), :: (" + rule + "), 64:ff9b::7f00:1 (" + rule + "), 64:ff9b:: (" + rule + ")",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("blocks:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
