@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -416,42 +417,65 @@ func TestJailLivePolicyFailsClosed(t *testing.T) {
 // dns64 serves, on UDP addr in namespace ns, what a DNS64 resolver with
 // the network-specific NAT64 prefix 2001:db8:64::/96 answers for
 // ipv4only.arpa (RFC 7050): its two addresses embedded under the prefix.
-func (l *lab) dns64(ns, addr string) {
-	l.serveUDP(ns, addr, dns64Answer)
+// Each answer leaves after delay (a slow resolver); the returned counter
+// counts the queries for ipv4only.arpa.
+func (l *lab) dns64(ns, addr string, delay time.Duration) *atomic.Int32 {
+	var on atomic.Bool
+	on.Store(true)
+	return l.dns64Switch(ns, addr, delay, &on)
 }
 
-func dns64Answer(req []byte) ([]byte, error) {
+// dns64Switch is dns64 on a network that does DNS64 only while on is set
+// (otherwise ipv4only.arpa has no AAAA record).
+func (l *lab) dns64Switch(ns, addr string, delay time.Duration, on *atomic.Bool) *atomic.Int32 {
+	var n atomic.Int32
+	l.serveUDP(ns, addr, func(req []byte) ([]byte, error) {
+		resp, nat64Query, err := dns64Answer(req, on.Load())
+		if nat64Query {
+			n.Add(1)
+			time.Sleep(delay)
+		}
+		return resp, err
+	})
+	return &n
+}
+
+func dns64Answer(req []byte, synthesize bool) (resp []byte, nat64Query bool, err error) {
 	var p dnsmessage.Parser
 	h, err := p.Start(req)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	q, err := p.Question()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	nat64Query = strings.EqualFold(q.Name.String(), "ipv4only.arpa.")
 	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true})
 	_ = b.StartQuestions()
 	_ = b.Question(q)
 	_ = b.StartAnswers()
-	if strings.EqualFold(q.Name.String(), "ipv4only.arpa.") && q.Type == dnsmessage.TypeAAAA {
+	if nat64Query && q.Type == dnsmessage.TypeAAAA && synthesize {
 		for _, last := range []byte{0xaa, 0xab} {
 			a := netip.MustParseAddr("2001:db8:64::c000:0").As16()
 			a[15] = last
 			_ = b.AAAAResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 60}, dnsmessage.AAAAResource{AAAA: a})
 		}
 	}
-	return b.Finish()
+	resp, err = b.Finish()
+	return resp, nat64Query, err
 }
 
 // A host whose resolver does DNS64 with a network-specific prefix: the
-// jail discovers the prefix after launch (RFC 7050) and blocks the
-// embedded form of a private address under it, in both layers, while an
-// embedded internet address stays reachable.
+// jail discovers the prefix (RFC 7050) before the sandbox's first IPv6
+// flow leaves and blocks the embedded form of a private address under
+// it, in both layers, from the very first connection on (the resolver
+// takes its time: a flow that did not wait for it would get through),
+// while an embedded internet address stays reachable.
 func TestJailNAT64NetworkSpecific(t *testing.T) {
 	jailUsers(t, func(t *testing.T, l *lab, uid int) {
 		l.addIPv6()
-		l.dns64(l.world, labDNS+":53")
+		queries := l.dns64(l.world, labDNS+":53", time.Second)
 		embeddedPrivate := "2001:db8:64::a01:203"    // 10.1.2.3
 		embeddedInternet := "2001:db8:64::cb00:710a" // 203.0.113.10
 		for _, a := range []string{embeddedPrivate, embeddedInternet} {
@@ -461,14 +485,110 @@ func TestJailNAT64NetworkSpecific(t *testing.T) {
 		if got, r := l.probeIn(uid, []string{"--net=host"}, "tcp", "["+embeddedPrivate+"]:22"); got != "ok" {
 			t.Fatalf("control: the embedded 10.1.2.3 with --net=host: %s (%v)", got, r)
 		}
-		t0 := time.Now()
-		s := l.startLive(t, uid, "")
+		// Each probe is the first connection of a sandbox of its own.
 		for _, p := range []string{"tcp [" + embeddedPrivate + "]:22", "tcp-bound tun0 [" + embeddedPrivate + "]:22"} {
-			s.refusedFromNowOn(p)
+			t0 := time.Now()
+			s := l.startLive(t, uid, "")
+			if got := s.try(p); !blockedAtOnce(got) {
+				t.Errorf("%s, the sandbox's very first connection: %s, want it refused", p, got)
+			}
+			for i := 0; i < 3; i++ {
+				if got := s.try(p); got == "ok" {
+					t.Errorf("%s got through after it was refused", p)
+				}
+			}
+			t.Logf("uid %d: NAT64 prefix found and applied %v after the start", uid, s.waitLogged("blocked", "2001:db8:64::a00:0/104", t0))
+			if got := s.try("tcp [" + embeddedInternet + "]:22"); got != "ok" {
+				t.Errorf("203.0.113.10 under the NAT64 prefix: %s, want ok", got)
+			}
 		}
-		t.Logf("uid %d: NAT64 prefix found and applied %v after the start", uid, s.waitLogged("blocked", "2001:db8:64::a00:0/104", t0))
-		if got := s.try("tcp [" + embeddedInternet + "]:22"); got != "ok" {
-			t.Errorf("203.0.113.10 under the NAT64 prefix: %s, want ok", got)
+		if n := queries.Load(); n < 2 {
+			t.Errorf("the resolver saw %d queries for ipv4only.arpa, want one a sandbox at least", n)
+		}
+	})
+}
+
+// A jailed sandbox asks the host's resolver for ipv4only.arpa only when
+// it makes an IPv6 flow: one that does nothing, or uses IPv4 only, sends
+// no query at all (control: one IPv6 connection makes the query, once
+// for several connections).
+func TestJailNAT64NoQueryWithoutIPv6(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.addIPv6()
+		queries := l.dns64(l.world, labDNS+":53", 0)
+		l.echoTCP(l.world, labInternet+":80")
+		l.echoTCP(l.world, "["+labInternet6+"]:80")
+		l.echoUDP(l.world, labInternet+":53000")
+
+		s := l.startLive(t, uid, "")
+		for _, p := range []string{"tcp " + labInternet + ":80", "udp " + labInternet + ":53000", "tcp " + labDevice + ":22"} {
+			_ = s.try(p)
+		}
+		if got := s.try("tcp " + labInternet + ":80"); got != "ok" {
+			t.Errorf("control: the internet over IPv4: %s, want ok", got)
+		}
+		// Room for a query a launch would have sent in the background.
+		time.Sleep(2 * time.Second)
+		if n := queries.Load(); n != 0 {
+			t.Errorf("a sandbox that made IPv4 flows only: the resolver saw %d queries for ipv4only.arpa, want none", n)
+		}
+		l.startLive(t, uid, "") // does nothing until the test ends
+		time.Sleep(2 * time.Second)
+		if n := queries.Load(); n != 0 {
+			t.Errorf("a sandbox that made no flow: the resolver saw %d queries for ipv4only.arpa, want none", n)
+		}
+
+		for i := 0; i < 3; i++ {
+			if got := s.try("tcp [" + labInternet6 + "]:80"); got != "ok" {
+				t.Errorf("control: the internet over IPv6: %s, want ok", got)
+			}
+		}
+		if n := queries.Load(); n != 1 {
+			t.Errorf("after three IPv6 connections: the resolver saw %d queries for ipv4only.arpa, want one", n)
+		}
+	})
+}
+
+// A host that moves onto a DNS64 network while the sandbox runs: the
+// change of its network drops the jail's NAT64 answer, and the next IPv6
+// flow waits for a new one, so the very first connection to a private
+// address embedded under the new prefix is refused.
+func TestJailNAT64AfterNetworkChange(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.addIPv6()
+		var on atomic.Bool
+		queries := l.dns64Switch(l.world, labDNS+":53", 0, &on)
+		embeddedPrivate := "2001:db8:64::a01:203" // 10.1.2.3
+		ip(t, "-n", l.world, "addr", "add", embeddedPrivate+"/128", "dev", "lo", "nodad")
+		l.echoTCP(l.world, "["+embeddedPrivate+"]:22")
+		l.echoTCP(l.world, "["+labInternet6+"]:80")
+
+		s := l.startLive(t, uid, "")
+		if got := s.try("tcp [" + labInternet6 + "]:80"); got != "ok" {
+			t.Fatalf("control: the internet over IPv6: %s, want ok", got)
+		}
+		if n := queries.Load(); n != 1 {
+			t.Errorf("after the first IPv6 flow: %d queries for ipv4only.arpa, want 1", n)
+		}
+		// No DNS64 yet: 2001:db8:64::/96 is an address like any other.
+		if got := s.try("tcp [" + embeddedPrivate + "]:22"); got != "ok" {
+			t.Errorf("control: 2001:db8:64::a01:203 before the network does NAT64: %s, want ok", got)
+		}
+
+		on.Store(true)
+		t0 := time.Now()
+		ip(t, "-n", l.host, "addr", "add", "198.19.77.1/24", "dev", l.vh) // a new connected subnet
+		s.waitLogged("blocked", "198.19.77.0/24", t0)
+		if got := s.try("tcp [" + embeddedPrivate + "]:22"); !blockedAtOnce(got) {
+			t.Errorf("the first connection to the embedded 10.1.2.3 after the host moved onto a DNS64 network: %s, want it refused", got)
+		}
+		if got := s.try("tcp [" + labInternet6 + "]:80"); got != "ok" {
+			t.Errorf("the internet over IPv6 after the change: %s, want ok", got)
+		}
+		// (The change may come as more than one batch of notifications,
+		// each dropping the answer.)
+		if n := queries.Load(); n < 2 {
+			t.Errorf("after the change: %d queries for ipv4only.arpa, want another one", n)
 		}
 	})
 }

@@ -95,7 +95,8 @@ type Jail struct {
 	upd          sync.Mutex   // one refresh at a time
 	ns           *routes.Conn // the jail namespace's kernel layer
 	lastPlan     routes.Plan
-	nat64        []netip.Prefix
+	nat64        []netip.Prefix // the NAT64 prefixes discovered (nat64.go)
+	n64          *nat64Finder
 	watchSock    *os.File
 	closed       atomic.Bool
 	failedClosed atomic.Bool
@@ -104,6 +105,7 @@ type Jail struct {
 // New returns a Jail for setup; nothing runs until Attach.
 func New(setup *Setup, opts Options) *Jail {
 	j := &Jail{setup: setup, opts: opts, failed: make(chan error, 1)}
+	j.n64 = &nat64Finder{lookup: lookupNAT64, found: j.useNAT64, timeout: nat64Timeout}
 	if opts.Log != nil {
 		j.log = netpolicy.NewJSONLWriter(opts.Log)
 	}
@@ -187,6 +189,7 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		UDPIdleTimeout: j.opts.UDPIdleTimeout,
 		Names:          j.setup.Names,
 		Logf:           logf(j.opts.Logger),
+		IPv6Ready:      j.ipv6Ready(),
 	})
 	if err == nil {
 		// The egress device failed while the stack attached to it (it
@@ -220,6 +223,15 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 	}()
 	j.servePublished(st)
 	return nil
+}
+
+// ipv6Ready is the userstack's IPv6 gate: the NAT64 prefix discovery
+// (nat64.go), when the sandbox has IPv6 at all.
+func (j *Jail) ipv6Ready() func() <-chan struct{} {
+	if !j.setup.Addr6.IsValid() {
+		return nil
+	}
+	return j.n64.ready
 }
 
 // newSink returns the sink's reader on dev. Its records go through st's
@@ -277,6 +289,7 @@ func (j *Jail) Blocked() int {
 func (j *Jail) Close() {
 	j.once.Do(func() {
 		j.closed.Store(true)
+		j.n64.close()
 		for _, p := range j.opts.Publish {
 			p.Close()
 		}

@@ -54,9 +54,7 @@ func (j *Jail) startLive() {
 	j.watchSock = sock
 	j.mu.Unlock()
 	go j.watch(sock)
-	if j.setup.Addr6.IsValid() {
-		go j.findNAT64()
-	}
+	// The NAT64 prefix is discovered on the first IPv6 flow (nat64.go).
 }
 
 // watch reads notifications until the jail closes.
@@ -119,6 +117,10 @@ func (j *Jail) watch(sock *os.File) {
 			reasons = append(reasons, describe(buf[:n])...)
 		}
 		if len(reasons) > 0 {
+			// The host may be on another network: its NAT64 prefix is
+			// asked again on the next IPv6 flow (the prefixes known so
+			// far stay blocked until then).
+			j.n64.reset()
 			j.refresh(reasons)
 		}
 		if j.isFailed() {

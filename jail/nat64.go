@@ -2,20 +2,37 @@ package jail
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
 // The host's NAT64 prefix (RFC 7050): a resolver doing DNS64 answers the
 // AAAA query for ipv4only.arpa (which has only A records, 192.0.0.170 and
 // 192.0.0.171) with those addresses embedded under the network's NAT64
-// prefix. The jail asks the host's resolver once, in the background after
-// launch (never delaying it), and when the answer names a network-specific
-// prefix, blocks the embedded forms of every blocked IPv4 range under it
-// (the well-known 64:ff9b::/96 is always blocked).
+// prefix. When that prefix is a network-specific one, the embedded forms
+// of every blocked IPv4 range under it are blocked too (the well-known
+// 64:ff9b::/96 always is).
+//
+// The jail asks lazily and without a gap: nothing is asked until the
+// sandbox's first flow to an IPv6 destination the policy allows (the
+// userstack's IPv6 gate, userstack.Config.IPv6Ready). That flow, and any
+// other one meanwhile, waits for the answer (one query for all of them,
+// bounded by nat64Timeout), and is then checked against the policy the
+// answer gave. A sandbox that never makes such a flow sends no query.
+// When the resolver does not answer in time (or fails), the flows go on
+// under the prefixes known so far (none at first: only 64:ff9b::/96 is
+// blocked then), and the next discovery is due after the next change of
+// the host's network. Each change the live watch reports drops the
+// answer: the next IPv6 flow asks again, while the prefixes found so far
+// stay blocked until a new answer replaces them.
+
+// nat64Timeout bounds one discovery: the query and the policy's update.
+const nat64Timeout = 3 * time.Second
 
 // nat64Name is the well-known name of RFC 7050.
 const nat64Name = "ipv4only.arpa"
@@ -63,31 +80,120 @@ func NAT64Prefixes(answers []netip.Addr) []netip.Prefix {
 }
 
 // lookupNAT64 asks the host's resolver (as /etc/resolv.conf names it) for
-// the AAAA records of ipv4only.arpa.
-func lookupNAT64(ctx context.Context) []netip.Prefix {
+// the AAAA records of ipv4only.arpa. ok reports an answer: prefixes, or
+// none (the name has no AAAA record: no DNS64); a failure or a timeout
+// is no answer.
+func lookupNAT64(ctx context.Context) (prefixes []netip.Prefix, ok bool) {
 	r := &net.Resolver{PreferGo: true}
 	ips, err := r.LookupNetIP(ctx, "ip6", nat64Name)
 	if err != nil {
-		return nil
+		var de *net.DNSError
+		return nil, errors.As(err, &de) && de.IsNotFound
 	}
-	return NAT64Prefixes(ips)
+	return NAT64Prefixes(ips), true
 }
 
-// findNAT64 discovers the host's NAT64 prefix in the background and, when
-// there is a network-specific one, rebuilds the policy with it.
-func (j *Jail) findNAT64() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// nat64Finder runs the discovery on demand: once for all the callers of
+// ready until reset.
+type nat64Finder struct {
+	// lookup asks the resolver (lookupNAT64; tests give their own).
+	lookup func(ctx context.Context) ([]netip.Prefix, bool)
+	// found takes an answer (before the waiters are let go): latest is
+	// false for a discovery that a reset overtook.
+	found   func(prefixes []netip.Prefix, latest bool)
+	timeout time.Duration
+
+	mu     sync.Mutex
+	done   chan struct{} // the current discovery's; nil: none since the last reset
+	closed bool
+	runs   int // discoveries started (tests)
+}
+
+// ready returns a channel that is closed when the current discovery has
+// ended, starting one if there is none. It never blocks (the userstack
+// calls it on its packet loop).
+func (d *nat64Finder) ready() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done == nil {
+		d.done = make(chan struct{})
+		if d.closed {
+			close(d.done)
+			return d.done
+		}
+		d.runs++
+		go d.run(d.done)
+	}
+	return d.done
+}
+
+func (d *nat64Finder) run(done chan struct{}) {
+	defer close(done)
+	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
 	defer cancel()
-	found := lookupNAT64(ctx)
-	if len(found) == 0 || j.closed.Load() {
+	prefixes, ok := d.lookup(ctx)
+	d.mu.Lock()
+	latest, closed := d.done == done, d.closed
+	d.mu.Unlock()
+	if ok && !closed {
+		d.found(prefixes, latest)
+	}
+}
+
+// reset drops the current discovery's result: the next ready starts a
+// new one. A discovery under way still ends and lets its waiters go.
+func (d *nat64Finder) reset() {
+	d.mu.Lock()
+	d.done = nil
+	d.mu.Unlock()
+}
+
+// close ends the discoveries: from now on ready answers at once.
+func (d *nat64Finder) close() {
+	d.mu.Lock()
+	d.closed = true
+	d.done = nil
+	d.mu.Unlock()
+}
+
+// nextNAT64 is the set of NAT64 prefixes after an answer: the latest
+// answer replaces the set (the host's network is what it says now), an
+// answer a reset overtook (of the network before a change) only adds to
+// it: the set never shrinks until the current network has answered.
+func nextNAT64(cur, found []netip.Prefix, latest bool) []netip.Prefix {
+	if latest {
+		return slices.Clone(found)
+	}
+	out := slices.Clone(cur)
+	for _, p := range found {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// useNAT64 takes a discovery's answer and, when it changes the prefixes,
+// rebuilds the policy with them (before the flows that waited go on).
+func (j *Jail) useNAT64(found []netip.Prefix, latest bool) {
+	if j.closed.Load() {
 		return
 	}
 	j.mu.Lock()
-	j.nat64 = found
+	old := j.nat64
+	j.nat64 = nextNAT64(old, found, latest)
+	now := j.nat64
 	j.mu.Unlock()
-	var names []string
-	for _, p := range found {
-		names = append(names, p.String())
+	if slices.Equal(old, now) {
+		return
 	}
-	j.refresh([]string{"host's NAT64 prefix discovered (RFC 7050): " + strings.Join(names, ", ")})
+	names := "none"
+	if len(now) > 0 {
+		var s []string
+		for _, p := range now {
+			s = append(s, p.String())
+		}
+		names = strings.Join(s, ", ")
+	}
+	j.refresh([]string{"host's NAT64 prefixes discovered (RFC 7050): " + names})
 }

@@ -23,8 +23,9 @@ import (
 //
 // As root, the test binary first re-executes itself in a network
 // namespace of its own (nothing in it but a loopback that is down), and
-// the tests run there: a jailed sandbox (TestCancelLeavesNothing) sends
-// a DNS query at start (the NAT64 lookup), and nothing this package's
+// the tests run there: a jailed sandbox (TestCancelLeavesNothing) relays
+// what it sends (and an IPv6 flow makes it ask the host's resolver for
+// the NAT64 prefix), and nothing this package's
 // tests start may reach the machine's network or resolver.
 func TestMain(m *testing.M) {
 	sandbox.Init()

@@ -121,8 +121,9 @@ func TestCancelLeavesNothing(t *testing.T) {
 		t.Run(string(net), func(t *testing.T) {
 			if net == sandbox.NetJail {
 				testutil.NeedsTUN(t)
-				// The jail asks the host's resolver for the NAT64
-				// prefix at start: never from the machine's own
+				// The jail relays the sandbox's flows (and asks the
+				// host's resolver for the NAT64 prefix before an
+				// IPv6 one): never from the machine's own
 				// network (TestMain re-executes the tests in a
 				// namespace of their own).
 				if !isolated {

@@ -89,9 +89,19 @@ func (st *Stack) echo(req echoRequest) (consumed bool) {
 	default:
 		return true // too many in flight: drop, as a congested router would
 	}
+	gate := st.ipv6Gate(req.dst) // the IPv6 gate (ready6.go)
 	if !st.goFlow(func() {
 		defer st.wg.Done()
 		defer func() { <-st.pings }()
+		if gate != nil {
+			if !st.awaitIPv6(gate) {
+				return // unanswered, as a lost echo
+			}
+			if v := st.check(netpolicy.ProtoICMP, ap); !v.Allowed {
+				st.block(netpolicy.ProtoICMP, ap, v.Rule)
+				return
+			}
+		}
 		ctx, cancel := context.WithTimeout(st.ctx, pingTimeout)
 		defer cancel()
 		if err := st.cfg.Pinger.Ping(ctx, req.dst, req.payload); err != nil {

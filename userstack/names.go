@@ -362,9 +362,11 @@ func (n *names) admit(proto netpolicy.Proto, dst netip.AddrPort) (nf *nameFlow, 
 // resolveTarget resolves name on the host side at connect time and
 // returns the first address (of v6's family first) the policy does not
 // block, with port. It records a block when every address is blocked.
-// With wait it may block (a query upstream): never on the event loop;
-// without, it takes only what the cache holds.
-func (n *names) resolveTarget(ctx context.Context, proto netpolicy.Proto, dst netip.AddrPort, name string, wait bool) (netip.AddrPort, bool) {
+// With wait it may block (a query upstream, the IPv6 gate): never on the
+// event loop; without, it takes only what the cache holds, and an allowed
+// IPv6 address that waits for the IPv6 gate (ready6.go) is returned as
+// that gate, with false and nothing recorded.
+func (n *names) resolveTarget(ctx context.Context, proto netpolicy.Proto, dst netip.AddrPort, name string, wait bool) (netip.AddrPort, <-chan struct{}, bool) {
 	st := n.st
 	v6 := dst.Addr().Is6() && !dst.Addr().Is4In6()
 	order := []dnsmessage.Type{dnsmessage.TypeA, dnsmessage.TypeAAAA}
@@ -393,11 +395,28 @@ func (n *names) resolveTarget(ctx context.Context, proto netpolicy.Proto, dst ne
 				continue
 			}
 			v := st.policyCheck(proto, target)
+			var gate <-chan struct{}
+			if v.Allowed {
+				gate = st.ipv6Gate(a)
+			}
+			if gate != nil {
+				if !wait {
+					return netip.AddrPort{}, gate, false
+				}
+				if !st.awaitIPv6(gate) {
+					if ctx.Err() != nil || st.ctx.Err() != nil {
+						return netip.AddrPort{}, nil, false // closing
+					}
+					blocked = append(blocked, a.String()+" (the IPv6 policy was not ready in time)")
+					continue
+				}
+				v = st.policyCheck(proto, target) // the policy the gate waited for
+			}
 			if !v.Allowed {
 				blocked = append(blocked, fmt.Sprintf("%s (%s)", a, v.Rule))
 				continue
 			}
-			return target, true
+			return target, nil, true
 		}
 	}
 	switch {
@@ -406,7 +425,7 @@ func (n *names) resolveTarget(ctx context.Context, proto netpolicy.Proto, dst ne
 	case !found:
 		st.blockName(proto, dst, name, "does not resolve on the host")
 	}
-	return netip.AddrPort{}, false
+	return netip.AddrPort{}, nil, false
 }
 
 // cached returns what the cache holds, fresh, for name and t.
@@ -498,17 +517,19 @@ func (n *names) udpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
 // translated from the resolver cache; when the cache has nothing fresh the
 // name is resolved on a worker and the datagram dropped (ready false: the
 // sender retries). refused: recorded, the sandbox gets ICMP port
-// unreachable. Destinations outside the pool are left to the policy.
-func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool) {
+// unreachable. Destinations outside the pool are left to the policy. A
+// non-nil gate: the name's address is an IPv6 one waiting for the IPv6
+// gate (ready6.go), the datagram is held until it opens.
+func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool, gate <-chan struct{}) {
 	if !n.inPool(dst.Addr()) {
-		return true, false
+		return true, false, nil
 	}
 	nf, refused := n.admit(netpolicy.ProtoUDP, dst)
 	if refused || nf == nil {
-		return false, true
+		return false, true, nil
 	}
 	if _, ok := n.udpTarget(dst); ok {
-		return true, false
+		return true, false, nil
 	}
 	now := n.st.cfg.Now()
 	fresh := func(t dnsmessage.Type) bool {
@@ -525,12 +546,15 @@ func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool) {
 			n.lookup(st.ctx, nf.name, dnsmessage.TypeA)    //nolint:errcheck
 			n.lookup(st.ctx, nf.name, dnsmessage.TypeAAAA) //nolint:errcheck
 		})
-		return false, false
+		return false, false, nil
 	}
 	// Fresh in the cache: resolveTarget takes it from there.
-	target, ok := n.resolveTarget(n.st.ctx, netpolicy.ProtoUDP, dst, nf.name, false)
+	target, gate, ok := n.resolveTarget(n.st.ctx, netpolicy.ProtoUDP, dst, nf.name, false)
+	if gate != nil {
+		return false, false, gate
+	}
 	if !ok {
-		return false, true
+		return false, true, nil
 	}
 	n.mu.Lock()
 	if len(n.udp) >= 4096 {
@@ -538,5 +562,5 @@ func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool) {
 	}
 	n.udp[dst] = udpTarget{target: target, expires: now.Add(time.Duration(max(n.cache[cacheKey{nf.name, dnsmessage.TypeA}].ttl, 30)) * time.Second)}
 	n.mu.Unlock()
-	return true, false
+	return true, false, nil
 }

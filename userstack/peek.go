@@ -209,7 +209,7 @@ func (p *peekState) decide(_ sniffResult, _ string) {
 func (p *peekState) dial() {
 	f := p.f
 	st := f.st
-	target, ok := st.names.resolveTarget(st.ctx, netpolicy.ProtoTCP, f.key.dst, p.name, true)
+	target, _, ok := st.names.resolveTarget(st.ctx, netpolicy.ProtoTCP, f.key.dst, p.name, true)
 	var fd int
 	var err error
 	if ok {

@@ -146,6 +146,17 @@ type Config struct {
 	// stack answers DNS at VirtualDNS itself, hands out synthetic
 	// addresses for allowed names, and refuses the open internet.
 	Names *NameConfig
+	// IPv6Ready, when set, is asked before a flow to an IPv6 destination
+	// that the policy allows leaves for the host (a TCP dial, a UDP
+	// mapping's first datagram to a destination, a proxied echo; a name's
+	// IPv6 addresses too): it returns a channel that is closed once the
+	// policy is ready to decide IPv6 destinations (the jail: once its
+	// NAT64 prefix discovery has ended, which the call starts when it has
+	// not run yet). Until then the flow waits off the packet loop (see
+	// ready6.go), then is checked against the policy again. The channel
+	// must close within a few seconds; a flow still waiting after
+	// DialTimeout is refused. nil: IPv6 flows leave at once.
+	IPv6Ready func() <-chan struct{}
 
 	// Test seams of the TCP relay (tcptest_test.go): the initial sequence
 	// number of each flow (default: random), and the clock its
@@ -195,6 +206,8 @@ type Stack struct {
 	memWaiters   []*tcpFlow   // under mu
 	memSpare     []*tcpFlow   // under mu: memWaiters' other buffer
 	tcpLive      atomic.Int32 // len(tcp), for the flows' shares
+
+	heldUDP atomic.Int32 // datagrams held for the IPv6 gate (ready6.go)
 
 	names  *names      // the domain allowlist, nil when off (names.go)
 	blocks *blockQueue // records on their way to OnBlock (blocklog.go)

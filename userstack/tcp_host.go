@@ -96,10 +96,37 @@ func (f *tcpFlow) dialFailed(err error) {
 }
 
 // dial opens the host side through the configured Dialer (on a worker:
-// it may block), then goes on as connected does.
-func (f *tcpFlow) dial(target netip.AddrPort) {
+// it may block), then goes on as connected does. With a gate, it first
+// waits for the IPv6 gate (ready6.go) and checks target again against
+// the policy then in force (a refusal is a RST, recorded); without a
+// Dialer it then connects as the event loop does (connect).
+func (f *tcpFlow) dial(target netip.AddrPort, gate <-chan struct{}) {
 	st := f.st
 	defer st.wg.Done()
+	if gate != nil {
+		rule := ""
+		if !st.awaitIPv6(gate) {
+			rule = "IPv6 destination held until the policy was ready, which it was not in time"
+		} else if v := st.check(netpolicy.ProtoTCP, target); !v.Allowed {
+			rule = v.Rule
+		}
+		if rule != "" {
+			f.mu.Lock()
+			defer f.unlock()
+			if f.state != tcpDialing || st.ctx.Err() != nil {
+				f.state = tcpClosed
+				return
+			}
+			st.block(netpolicy.ProtoTCP, target, rule)
+			f.sendReset()
+			f.state = tcpClosed
+			return
+		}
+		if st.cfg.Dialer == nil {
+			f.connect(target)
+			return
+		}
+	}
 	fd, err := st.dialConn("tcp", target)
 	f.mu.Lock()
 	defer f.unlock()

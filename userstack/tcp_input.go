@@ -126,6 +126,12 @@ func (st *Stack) newTCP(in *tcpIn) {
 		st.rejectTCP(in) // "connection refused" at once
 		return
 	}
+	// An allowed IPv6 destination may wait for the IPv6 gate (ready6.go):
+	// on a worker, as a Dialer's dial does.
+	var gate <-chan struct{}
+	if nf == nil && !st.isLocal(key.dst.Addr()) {
+		gate = st.ipv6Gate(target.Addr())
+	}
 	opts := header.ParseSynOptions(h.Options(), false)
 	f := &tcpFlow{
 		st:          st,
@@ -172,14 +178,14 @@ func (st *Stack) newTCP(in *tcpIn) {
 		f.startName(nf) // the SYN answered at once (peek.go)
 		return
 	}
-	if st.cfg.Dialer == nil {
+	if st.cfg.Dialer == nil && gate == nil {
 		st.mu.Unlock()
 		f.connect(target)
 		return
 	}
 	st.wg.Add(1)
 	st.mu.Unlock()
-	st.work.Go(func() { f.dial(target) })
+	st.work.Go(func() { f.dial(target, gate) })
 }
 
 // segment handles a segment of an existing flow.

@@ -348,17 +348,28 @@ func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer
 		st.names.serveDNSUDP(src, dst, data) // the stack's own resolver (dns.go)
 		return true
 	}
+	return st.sendUDP(key, data)
+}
+
+// sendUDP sends a datagram from the sandbox through its mapping, deciding
+// a new destination first; false: refused (handleUDP's ICMP port
+// unreachable). Also called off the packet loop, for a datagram held for
+// the IPv6 gate (ready6.go).
+func (st *Stack) sendUDP(key flowKey, data [][]byte) bool {
 	if st.udpInput(key, data) {
 		return true
 	}
-	f, target, ok := st.newUDPFlow(key)
-	if !ok {
+	f, target, gate, ok := st.newUDPFlow(key)
+	switch {
+	case !ok:
 		return false
-	}
-	if f == nil {
+	case gate != nil:
+		st.holdUDP(key, data, gate) // decided again once the gate opens
+		return true
+	case f == nil:
 		return true // the dial failed after the policy allowed it: dropped
 	}
-	if f.send(dst, target, data) {
+	if f.send(key.dst, target, data) {
 		f.touch(st.cfg.Now())
 	}
 	return true
@@ -369,26 +380,33 @@ func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer
 // socket had none) and the host-side target. It reports false for a
 // refused destination (recorded as a Block) or a failed dial: the sandbox
 // then gets ICMP port unreachable. A nil flow with true means the
-// datagram is dropped (closing, or a conn without a descriptor).
-func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, bool) {
+// datagram is dropped (closing, or a conn without a descriptor). A
+// non-nil gate means the destination is an allowed IPv6 one that waits
+// for the IPv6 gate (ready6.go): nothing was made, the datagram is held.
+func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struct{}, bool) {
 	if st.names != nil {
-		if ready, refused := st.names.udpAdmit(key.dst); refused {
-			return nil, netip.AddrPort{}, false
+		if ready, refused, gate := st.names.udpAdmit(key.dst); refused {
+			return nil, netip.AddrPort{}, nil, false
+		} else if gate != nil {
+			return nil, netip.AddrPort{}, gate, true
 		} else if !ready {
-			return nil, netip.AddrPort{}, true // resolving: dropped
+			return nil, netip.AddrPort{}, nil, true // resolving: dropped
 		}
 	}
 	target, mk, local, ok := st.udpRoute(key)
 	switch {
 	case !ok:
 		st.block(netpolicy.ProtoUDP, key.dst, "local address, not a DNS port")
-		return nil, target, false
+		return nil, target, nil, false
 	case st.names != nil && st.names.inPool(key.dst.Addr()):
 		// A name, admitted by udpAdmit: its resolved address was checked.
 	case !local:
 		if v := st.check(netpolicy.ProtoUDP, key.dst); !v.Allowed {
 			st.block(netpolicy.ProtoUDP, key.dst, v.Rule)
-			return nil, target, false
+			return nil, target, nil, false
+		}
+		if gate := st.ipv6Gate(key.dst.Addr()); gate != nil {
+			return nil, target, gate, true
 		}
 	}
 	st.mu.Lock()
@@ -396,7 +414,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, bool) {
 	st.mu.Unlock()
 	if f != nil {
 		f.admit(key.dst, target, local)
-		return f, target, true
+		return f, target, nil, true
 	}
 	st.evict(st.makeRoom(1))
 	fd, connected, err := st.openUDP(target)
@@ -404,7 +422,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, bool) {
 		st.cfg.Logf("userstack: open udp to %s: %v", target, err)
 		// A conn without a descriptor breaks the Dialer's contract: drop
 		// the datagram rather than report the destination unreachable.
-		return nil, target, err == errNoDescriptor
+		return nil, target, nil, err == errNoDescriptor
 	}
 	f = &udpFlow{st: st, key: mk, pollFD: pollFD{fd: fd}, connected: connected,
 		peers: map[netip.AddrPort]udpPeer{}, addrs: map[netip.Addr]int32{}}
@@ -413,14 +431,14 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, bool) {
 	if st.closed {
 		st.mu.Unlock()
 		f.close()
-		return nil, target, true
+		return nil, target, nil, true
 	}
 	if old := st.flows[mk]; old != nil {
 		// Another datagram of the socket won the race: use its entry.
 		st.mu.Unlock()
 		f.close()
 		old.admit(key.dst, target, local)
-		return old, target, true
+		return old, target, nil, true
 	}
 	// Room again: another flow may have come in while this one dialed.
 	victims := st.makeRoomLocked(1)
@@ -436,11 +454,11 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, bool) {
 			f.mu.Unlock()
 			st.cfg.Logf("userstack: udp %s: %v", target, err)
 			st.dropFlow(mk, f)
-			return nil, target, true
+			return nil, target, nil, true
 		}
 	}
 	f.mu.Unlock()
-	return f, target, true
+	return f, target, nil, true
 }
 
 // PacketListener is what a Dialer implements to give UDP mappings their

@@ -12,9 +12,9 @@ import (
 // The network safety rule of the project's tests: a test sends packets
 // only inside network namespaces it created itself, never to the
 // machine's network or resolver. A jailed sandbox (claude-sandbox run
-// with --net=jail, the default) sends a DNS query shortly after it
-// starts (the jail's NAT64 lookup, to the resolver /etc/resolv.conf
-// names), so it must start inside such a namespace: a lab's (`ip netns
+// with --net=jail, the default) relays what the sandbox sends, and asks
+// the resolver /etc/resolv.conf names for the NAT64 prefix before the
+// sandbox's first IPv6 flow, so it must start inside such a namespace: a lab's (`ip netns
 // exec`, InNetns), or one of `unshare --net`.
 
 // startNetns is the network namespace the test process started in.
