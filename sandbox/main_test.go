@@ -38,36 +38,27 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-// netnsEnv marks the re-executed test binary; its value is the network
-// namespace the parent ran in.
-const netnsEnv = "CLAUDE_SANDBOX_TEST_NETNS_PARENT"
-
 // isolated reports whether the tests run in a network namespace the test
 // binary made (so a jailed sandbox may be started).
 var isolated bool
 
 // inOwnNetns re-executes the test binary, with the same arguments and
-// standard streams, in a new network namespace, and returns its exit
-// status (ok true). In the re-executed binary, or when the namespace
-// cannot be made (then the tests that need it skip, or fail when
-// privileged tests are required), it returns ok false: the caller runs
-// the tests.
+// standard streams, in a new network namespace (testutil.ReexecInOwnNetns),
+// and returns its exit status (ok true). In the re-executed binary, or
+// when the namespace cannot be made (then the tests that need it skip,
+// or fail when privileged tests are required), it returns ok false: the
+// caller runs the tests.
 func inOwnNetns() (code int, ok bool) {
-	self, err := os.Readlink("/proc/self/ns/net")
+	if rerun, iso := testutil.RerunInOwnNetns(); rerun {
+		isolated = iso
+		return 0, false
+	}
+	cmd, err := testutil.ReexecInOwnNetns(os.Args[1:]...)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "note: the tests' network namespace:", err)
+		fmt.Fprintln(os.Stderr, "note:", err)
 		return 0, false
 	}
-	if parent := os.Getenv(netnsEnv); parent != "" {
-		isolated = parent != self
-		os.Unsetenv(netnsEnv)
-		return 0, false
-	}
-	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
-	cmd.Args[0] = os.Args[0]
-	cmd.Env = append(os.Environ(), netnsEnv+"="+self)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
 	// Pdeathsig is tied to the thread that starts the child: keep it.
 	runtime.LockOSThread()
 	// go test's -timeout is the child's own; a signal to this process is

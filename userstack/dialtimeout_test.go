@@ -4,10 +4,8 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
+	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -122,17 +120,24 @@ func TestNamesDeferredDialTimeoutOwnSocket(t *testing.T) {
 // process is moved. Nothing leaves the namespace.
 func inOwnNetnsChild(t *testing.T, name string) bool {
 	t.Helper()
-	const childEnv = "USERSTACK_TEST_NETNS_CHILD"
-	if os.Getenv(childEnv) != "1" {
+	rerun, isolated := testutil.RerunInOwnNetns()
+	if !rerun {
 		testutil.NeedsRoot(t)
-		cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1", "-test.timeout=120s")
-		cmd.Env = append(os.Environ(), childEnv+"=1")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+		cmd, err := testutil.ReexecInOwnNetns("-test.run=^"+name+"$", "-test.v", "-test.count=1", "-test.timeout=120s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The child dies with this thread (Pdeathsig): keep it.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "--- PASS: "+name) {
 			t.Fatalf("in its own network namespace: %v\n%s", err, out)
 		}
 		return false
+	}
+	if !isolated {
+		t.Fatal("the child is in its parent's network namespace: it does not configure that one's loopback")
 	}
 	if err := setUpTestNetns(); err != nil {
 		t.Fatalf("set up the namespace: %v", err)

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/install"
 )
 
-// copyFile streams src to dst atomically (temporary file, then rename).
+// copyFile streams src to dst atomically (install.WriteFile: a temporary
+// file in dst's directory, synced, then renamed), creating the directory.
 func copyFile(src, dst string, mode os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
@@ -17,30 +19,12 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".new-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = io.Copy(tmp, in)
-	if err == nil {
-		err = tmp.Chmod(mode)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
+	return install.WriteFile(dst, in, uint32(mode.Perm()))
 }
 
-// writeIfDifferent writes data to path atomically (a temporary file in the
-// same directory, synced, then renamed), keeping an existing file's mode,
-// unless the file already holds exactly data. It reports whether it wrote.
+// writeIfDifferent writes data to path atomically (as copyFile does),
+// keeping an existing file's mode, unless the file already holds exactly
+// data. It reports whether it wrote.
 func writeIfDifferent(path string, data []byte, mode os.FileMode) (bool, error) {
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		return false, nil
@@ -51,24 +35,8 @@ func writeIfDifferent(path string, data []byte, mode os.FileMode) (bool, error) 
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return false, err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".new-*")
-	if err != nil {
+	if err := install.WriteFile(path, bytes.NewReader(data), uint32(mode.Perm())); err != nil {
 		return false, err
 	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if err == nil {
-		err = tmp.Chmod(mode)
-	}
-	if err != nil {
-		tmp.Close()
-		return false, err
-	}
-	if err := tmp.Close(); err != nil {
-		return false, err
-	}
-	return true, os.Rename(tmp.Name(), path)
+	return true, nil
 }

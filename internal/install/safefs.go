@@ -203,6 +203,22 @@ func (d *Dir) WriteAtomic(name string, r io.Reader, mode uint32, uid, gid int, r
 	return nil
 }
 
+// WriteFile writes what r holds to path with mode, atomically, by
+// [Dir.WriteAtomic] in path's directory: an existing file is replaced
+// (a symlink at path too, never written through), and a failure leaves
+// the old file and no temporary one. The directory is opened as path
+// names it, symlinks followed: for a tree the caller trusts (an
+// administrator's path, the caller's own workspace). The directory must
+// exist.
+func WriteFile(path string, r io.Reader, mode uint32) error {
+	d, err := OpenTrusted(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.WriteAtomic(filepath.Base(path), r, mode, -1, -1, true)
+}
+
 // mkdir makes the directory name in d, owned uid:gid.
 func (d *Dir) Mkdir(name string, mode uint32, uid, gid int) error {
 	sub, _, err := d.Walk(name, mode, uid, gid, true)

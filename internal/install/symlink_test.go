@@ -3,12 +3,14 @@ package install
 import (
 	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // A symlink planted in a tree the user (and the sandbox) can write
@@ -109,6 +111,47 @@ func TestWriteAtomicFollowsNoLink(t *testing.T) {
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 2 {
 		t.Errorf("left behind: %v", ents)
+	}
+}
+
+// WriteFile, the path form of the one writer (promote's too): it
+// replaces a file with the mode given, replaces a link at the name
+// without writing its target, and a failed write keeps the old file and
+// leaves no temporary one.
+func TestWriteFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	must(t, WriteFile(path, strings.NewReader("one"), 0o640))
+	must(t, WriteFile(path, strings.NewReader("two"), 0o755))
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("replaced file: %v %v, want mode 0755", fi, err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "two" {
+		t.Errorf("replaced file holds %q", b)
+	}
+	failing := io.MultiReader(strings.NewReader("half"), iotest.ErrReader(errors.New("broken source")))
+	if err := WriteFile(path, failing, 0o644); err == nil || !strings.Contains(err.Error(), "broken source") {
+		t.Errorf("a failing source: %v", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "two" {
+		t.Errorf("a failed write changed the file: %q", b)
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	write(t, victim, "root only\n", 0o600)
+	link := filepath.Join(dir, "link")
+	must(t, os.Symlink(victim, link))
+	must(t, WriteFile(link, strings.NewReader("mine"), 0o644))
+	if fi, err := os.Lstat(link); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("the link is not replaced by a file: %v %v", fi, err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "root only\n" {
+		t.Errorf("the link's target was written: %q", b)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("left behind: %v", ents)
+	}
+	if err := WriteFile(filepath.Join(dir, "missing", "f"), strings.NewReader("x"), 0o644); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing directory: %v, want fs.ErrNotExist", err)
 	}
 }
 

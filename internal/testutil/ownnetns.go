@@ -1,0 +1,55 @@
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+)
+
+// A test binary re-executes itself in a network namespace of its own when
+// what it tests must send packets or configure interfaces: the sandbox
+// package's TestMain runs all its tests so, userstack one test. The re-run
+// is marked by this variable, whose value is the namespace the parent ran
+// in; the re-run compares it with its own to know it is isolated.
+const ownNetnsEnv = "CLAUDE_SANDBOX_TEST_NETNS_PARENT"
+
+// ReexecInOwnNetns returns a command that runs this test binary again,
+// with args (test flags; os.Args[0] as its name), in a new network
+// namespace (nothing in it but a loopback that is down), marked so that
+// the re-run's RerunInOwnNetns reports it. The command is SIGKILLed if
+// the thread that starts it ends: call runtime.LockOSThread on the
+// goroutine that starts and waits for it. Its standard streams and
+// environment (the mark added) are the caller's to complete.
+func ReexecInOwnNetns(args ...string) (*exec.Cmd, error) {
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("the test's network namespace: %w", err)
+	}
+	cmd := exec.Command("/proc/self/exe", args...)
+	cmd.Args[0] = os.Args[0]
+	cmd.Env = append(os.Environ(), ownNetnsEnv+"="+self)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	return cmd, nil
+}
+
+// RerunInOwnNetns reports whether this process is a re-run that
+// ReexecInOwnNetns started (rerun) and, if so, whether its network
+// namespace is another than its parent's (isolated; a test that
+// configures the network must refuse to when it is not). The first call
+// takes the mark out of the environment, so that nothing the re-run
+// starts takes itself for one; later calls give the same answer.
+func RerunInOwnNetns() (rerun, isolated bool) {
+	return rerunInOwnNetns()
+}
+
+var rerunInOwnNetns = sync.OnceValues(func() (rerun, isolated bool) {
+	parent := os.Getenv(ownNetnsEnv)
+	if parent == "" {
+		return false, false
+	}
+	os.Unsetenv(ownNetnsEnv)
+	self, err := os.Readlink("/proc/self/ns/net")
+	return true, err == nil && parent != self
+})
