@@ -111,6 +111,11 @@ func udpLimit(q []byte) int {
 func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
 	st := n.st
 	defer st.wg.Done()
+	defer func() {
+		n.mu.Lock()
+		n.dnsTCP--
+		n.mu.Unlock()
+	}()
 	defer conn.Close()
 	stop := context.AfterFunc(st.ctx, func() { conn.Close() })
 	defer stop()
@@ -124,7 +129,16 @@ func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
 		if _, err := io.ReadFull(conn, q); err != nil {
 			return
 		}
+		// The same slots as queries over UDP: connections at once are
+		// bounded (maxDNSTCPConns), and the queries they have answered
+		// upstream at once with the rest.
+		select {
+		case n.dnsSlots <- struct{}{}:
+		case <-st.ctx.Done():
+			return
+		}
 		resp := n.answer(st.ctx, q, netpolicy.ProtoTCP, to, 0xffff)
+		<-n.dnsSlots
 		if resp == nil {
 			return
 		}
@@ -140,6 +154,31 @@ func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
 // resolver: one end of a socketpair the relay uses as its host socket,
 // the other end served by serveDNSTCP.
 func (n *names) startDNSTCP(to netip.AddrPort) (int, error) {
+	n.mu.Lock()
+	if n.dnsTCP >= maxDNSTCPConns {
+		n.mu.Unlock()
+		n.st.block(netpolicy.ProtoTCP, to, fmt.Sprintf("dns over tcp: %d connections at once", maxDNSTCPConns))
+		return -1, errDNSTCPFull
+	}
+	n.dnsTCP++
+	n.mu.Unlock()
+	fd, err := n.startDNSTCPConn(to)
+	if err != nil {
+		n.mu.Lock()
+		n.dnsTCP--
+		n.mu.Unlock()
+	}
+	return fd, err
+}
+
+// maxDNSTCPConns bounds the TCP connections to the stack's resolver served
+// at once (each a goroutine, a socket pair and up to 64 KiB of query
+// buffered); one more is reset and recorded.
+const maxDNSTCPConns = 128
+
+var errDNSTCPFull = errors.New("too many DNS connections over TCP")
+
+func (n *names) startDNSTCPConn(to netip.AddrPort) (int, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
@@ -453,16 +492,5 @@ func (n *names) prefetch(name string, asked dnsmessage.Type) {
 	if asked == dnsmessage.TypeAAAA {
 		other = dnsmessage.TypeA
 	}
-	n.mu.Lock()
-	e, ok := n.cache[cacheKey{name, other}]
-	fresh := ok && n.st.cfg.Now().Before(e.expires)
-	n.mu.Unlock()
-	if fresh {
-		return
-	}
-	st := n.st
-	st.goFlow(func() {
-		defer st.wg.Done()
-		_, _, _ = n.lookup(st.ctx, name, other)
-	})
+	n.background(name, other)
 }

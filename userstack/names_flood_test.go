@@ -1,0 +1,229 @@
+package userstack
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+)
+
+// Floods from the sandbox that make the stack's own resolver (names.go,
+// dns.go) ask upstream: each query upstream is a goroutine, a host socket
+// and a 64 KiB read buffer in the launcher for as long as the upstream
+// takes (up to 6 s over UDP, two tries), so the number of them at once
+// must not follow the sandbox's packet rate.
+
+// stallDialer is the allowlist's host side (a zoneDialer) whose upstream
+// resolver answers every query but those for a type in stall, which it
+// reads and never answers (a resolver whose authority does not answer);
+// it counts the upstream conns open at once and their peak.
+type stallDialer struct {
+	*zoneDialer
+	stall map[string]bool // "A", "AAAA", ...: never answered
+
+	mu               sync.Mutex
+	open, peak, dial int
+}
+
+type countedConn struct {
+	net.Conn
+	d    *stallDialer
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() {
+		c.d.mu.Lock()
+		c.d.open--
+		c.d.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+func (d *stallDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if address != upstream.String() {
+		return d.zoneDialer.DialContext(ctx, network, address)
+	}
+	typ := unix.SOCK_SEQPACKET
+	if network == "tcp" {
+		typ = unix.SOCK_STREAM
+	}
+	a, b, err := socketPair(typ)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.open++
+	d.dial++
+	d.peak = max(d.peak, d.open)
+	d.mu.Unlock()
+	go func() {
+		defer b.Close()
+		buf := make([]byte, 65535)
+		for {
+			var q []byte
+			if network == "tcp" {
+				var hdr [2]byte
+				if _, err := io.ReadFull(b, hdr[:]); err != nil {
+					return
+				}
+				q = make([]byte, binary.BigEndian.Uint16(hdr[:]))
+				if _, err := io.ReadFull(b, q); err != nil {
+					return
+				}
+			} else {
+				n, err := b.Read(buf)
+				if err != nil {
+					return
+				}
+				q = buf[:n]
+			}
+			var m dnsmessage.Message
+			if m.Unpack(q) != nil || len(m.Questions) != 1 {
+				return
+			}
+			if d.stall[m.Questions[0].Type.String()[len("Type"):]] {
+				_, _ = io.Copy(io.Discard, b) // until the stack gives up
+				return
+			}
+			r := d.answer(q)
+			if network == "tcp" {
+				r = append(binary.BigEndian.AppendUint16(nil, uint16(len(r))), r...)
+			}
+			_, _ = b.Write(r)
+		}
+	}()
+	return &countedConn{Conn: a, d: d}, nil
+}
+
+func (d *stallDialer) counts() (open, peak, dials int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.open, d.peak, d.dial
+}
+
+func newStallHarness(t *testing.T, rules map[string][]uint16, stall ...string) (*namesHarness, *stallDialer) {
+	t.Helper()
+	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	d := &stallDialer{zoneDialer: newZoneDialer(), stall: map[string]bool{}}
+	for _, s := range stall {
+		d.stall[s] = true
+	}
+	h.start(t, Config{
+		Policy:         netpolicy.MustNew(netpolicy.Config{Allow: []netip.Prefix{netip.MustParsePrefix("192.168.1.50/32")}}),
+		Dialer:         d,
+		Gateways:       []netip.Addr{gateway4},
+		VirtualDNS:     []netip.Addr{dns4},
+		Upstreams:      []netip.AddrPort{upstream},
+		UDPIdleTimeout: time.Minute,
+		Now:            h.clock.now,
+		Names:          &NameConfig{Rules: fakeRules{allow: rules}},
+	})
+	return &namesHarness{harness: h, zone: d.zoneDialer}, d
+}
+
+// TestNamesUDPFloodToStalledNameIsBounded: a name whose A record resolves
+// but whose AAAA query upstream never answers; the sandbox floods UDP to
+// the name's synthetic address. Every datagram found the cache not fresh
+// for both families and started a lookup of its own upstream (seen: one
+// upstream socket, goroutine and 64 KiB buffer per datagram, 400 at once
+// for 400 datagrams). One lookup per name and type is under way at a time,
+// and background lookups at once are bounded.
+func TestNamesUDPFloodToStalledNameIsBounded(t *testing.T) {
+	h, d := newStallHarness(t, map[string][]uint16{"api.test": nil}, "AAAA")
+	h.zone.addA("api.test", "203.0.113.10")
+	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	const flood = 400
+	for i := range flood {
+		src := netip.AddrPortFrom(jail4, uint16(20000+i%50))
+		h.send(udpBytes(src, netip.AddrPortFrom(api, 9000), []byte("x")))
+	}
+	time.Sleep(300 * time.Millisecond) // the lookups the flood started are under way
+	_, peak, dials := d.counts()
+	if peak > maxBackgroundLookups+1 {
+		t.Fatalf("upstream queries at once: %d (%d dials) for %d datagrams to one name, want at most %d",
+			peak, dials, flood, maxBackgroundLookups+1)
+	}
+	t.Logf("upstream queries at once: %d, dials %d", peak, dials)
+}
+
+// TestNamesQueryFloodPrefetchIsBounded: the same stalled AAAA, and a flood
+// of A queries for the name (each answered from the cache at once): every
+// answer started a prefetch of the other family upstream, none waiting
+// for the one before.
+func TestNamesQueryFloodPrefetchIsBounded(t *testing.T) {
+	h, d := newStallHarness(t, map[string][]uint16{"api.test": nil}, "AAAA")
+	h.zone.addA("api.test", "203.0.113.10")
+	const flood = 300
+	for range flood {
+		h.query(t, "api.test.", dnsmessage.TypeA)
+	}
+	time.Sleep(100 * time.Millisecond)
+	_, peak, dials := d.counts()
+	if peak > 2 {
+		t.Fatalf("upstream queries at once: %d (%d dials) for %d queries of one cached name, want at most 2", peak, dials, flood)
+	}
+	t.Logf("upstream queries at once: %d, dials %d", peak, dials)
+}
+
+// TestNamesDNSOverTCPFloodIsBounded: many TCP connections to the stack's
+// resolver, each asking for another name under an allowed wildcard whose
+// A queries upstream never answer. Each connection was a goroutine of its
+// own answering outside the query slots UDP queries take: one query
+// upstream each, all at once (seen: 200 for 200 connections), and
+// connections without end. Now queries over TCP share those slots, and
+// connections beyond maxDNSTCPConns are reset and recorded.
+func TestNamesDNSOverTCPFloodIsBounded(t *testing.T) {
+	h, d := newStallHarness(t, map[string][]uint16{"*.wild.test": nil}, "A")
+	const conns = maxDNSTCPConns + 72
+	dst := netip.AddrPortFrom(dns4, 53)
+	accepted, refused := 0, 0
+	for i := range conns {
+		src := netip.AddrPortFrom(jail4, uint16(30000+i))
+		h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagSyn, seq: 1000}.bytes())
+		o := readOut(t, h.ep)
+		for o.proto != header.TCPProtocolNumber || o.tcp().DestinationPort() != src.Port() {
+			o = readOut(t, h.ep) // another flow's ACK
+		}
+		if o.tcp().Flags().Contains(header.TCPFlagRst) {
+			refused++
+			continue
+		}
+		accepted++
+		iss := o.tcp().SequenceNumber()
+		h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck, seq: 1001, ack: iss + 1}.bytes())
+		q := dnsmessage.Message{Header: dnsmessage.Header{ID: uint16(i), RecursionDesired: true},
+			Questions: []dnsmessage.Question{{Name: dnsmessage.MustNewName("x" + itoa(i) + ".wild.test."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}}}
+		b, _ := q.Pack()
+		b = append(binary.BigEndian.AppendUint16(nil, uint16(len(b))), b...)
+		h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: b}.bytes())
+	}
+	time.Sleep(300 * time.Millisecond) // the queries are under way upstream
+	_, peak, dials := d.counts()
+	t.Logf("connections accepted %d, refused %d; upstream queries at once %d, dials %d", accepted, refused, peak, dials)
+	if peak > maxDNSInFlight {
+		t.Fatalf("upstream queries at once: %d for %d connections, want at most %d", peak, accepted, maxDNSInFlight)
+	}
+	if accepted > maxDNSTCPConns || refused != conns-maxDNSTCPConns {
+		t.Fatalf("connections accepted %d, refused %d, want %d accepted", accepted, refused, maxDNSTCPConns)
+	}
+	capped := 0
+	for _, b := range h.blocks.list() {
+		if b.Rule == "dns over tcp: "+itoa(maxDNSTCPConns)+" connections at once" {
+			capped++
+		}
+	}
+	if capped != refused {
+		t.Fatalf("%d refused connections recorded, want %d: %+v", capped, refused, h.blocks.list())
+	}
+}
