@@ -252,6 +252,11 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 			return build(resp, qs, nil, limit)
 		}
 		a, err := n.synthetic(name, v6)
+		if errors.Is(err, errTooManyNames) {
+			n.st.blockName(proto, to, name, fmt.Sprintf("synthetic names: %d handed out, no more", maxNames))
+			resp.RCode = dnsmessage.RCodeServerFailure
+			return build(resp, qs, nil, limit)
+		}
 		if err != nil {
 			n.st.cfg.Logf("userstack: dns %s: %v", name, err)
 			resp.RCode = dnsmessage.RCodeServerFailure

@@ -179,6 +179,10 @@ func (n *names) inPool(a netip.Addr) bool {
 	return n.cfg.Pool4.Contains(a) || n.cfg.Pool6.Contains(a)
 }
 
+// maxNames bounds the names given a synthetic address (a variable for the
+// tests).
+var maxNames = 1 << 16
+
 // errPoolFull: every address of a pool is taken.
 var errPoolFull = errors.New("the synthetic address pool is exhausted")
 
@@ -190,8 +194,13 @@ func (n *names) synthetic(name string, v6 bool) (netip.Addr, error) {
 	defer n.mu.Unlock()
 	e := n.byName[name]
 	if e == nil {
+		// Entries are kept for the stack's life (an address is never
+		// given to another name): a sandbox asking for name after name
+		// under an allowed wildcard would grow the table without end.
+		if len(n.byName) >= maxNames {
+			return netip.Addr{}, errTooManyNames
+		}
 		e = &nameEntry{name: name}
-		n.byName[name] = e
 	}
 	if v6 {
 		if !e.v6.IsValid() {
@@ -202,18 +211,23 @@ func (n *names) synthetic(name string, v6 bool) (netip.Addr, error) {
 			e.v6 = a
 			n.byAddr[a] = e
 		}
+		n.byName[name] = e
 		return e.v6, nil
 	}
 	if !e.v4.IsValid() {
 		a, err := n.alloc4()
 		if err != nil {
-			return a, err
+			return a, err // no entry left behind for a name with no address
 		}
 		e.v4 = a
 		n.byAddr[a] = e
 	}
+	n.byName[name] = e
 	return e.v4, nil
 }
+
+// errTooManyNames: maxNames names have a synthetic address already.
+var errTooManyNames = errors.New("too many names")
 
 // alloc4 takes the next IPv4 address of the pool, skipping the pool's
 // first and last and every address ending in .0 or .255 (some software

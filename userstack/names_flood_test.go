@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ import (
 type stallDialer struct {
 	*zoneDialer
 	stall map[string]bool // "A", "AAAA", ...: never answered
+	wild  bool            // every name has A 203.0.113.10 and AAAA 2001:db8::10 (a wildcard zone)
 
 	mu               sync.Mutex
 	open, peak, dial int
@@ -97,6 +99,9 @@ func (d *stallDialer) DialContext(ctx context.Context, network, address string) 
 				return
 			}
 			r := d.answer(q)
+			if d.wild {
+				r = wildAnswer(m)
+			}
 			if network == "tcp" {
 				r = append(binary.BigEndian.AppendUint16(nil, uint16(len(r))), r...)
 			}
@@ -225,5 +230,66 @@ func TestNamesDNSOverTCPFloodIsBounded(t *testing.T) {
 	}
 	if capped != refused {
 		t.Fatalf("%d refused connections recorded, want %d: %+v", capped, refused, h.blocks.list())
+	}
+}
+
+// wildAnswer answers q as a zone with a wildcard record would.
+func wildAnswer(q dnsmessage.Message) []byte {
+	qq := q.Questions[0]
+	rh := dnsmessage.ResourceHeader{Name: qq.Name, Class: dnsmessage.ClassINET, TTL: 60}
+	resp := dnsmessage.Message{Header: dnsmessage.Header{ID: q.Header.ID, Response: true, RecursionAvailable: true}, Questions: q.Questions}
+	switch qq.Type {
+	case dnsmessage.TypeA:
+		resp.Answers = []dnsmessage.Resource{{Header: rh, Body: &dnsmessage.AResource{A: [4]byte{203, 0, 113, 10}}}}
+	case dnsmessage.TypeAAAA:
+		resp.Answers = []dnsmessage.Resource{{Header: rh, Body: &dnsmessage.AAAAResource{AAAA: netip.MustParseAddr("2001:db8::10").As16()}}}
+	}
+	b, _ := resp.Pack()
+	return b
+}
+
+// TestNamesSyntheticTableIsBounded: an allowed wildcard whose zone answers
+// every name (*.github.io does), and the sandbox asks for name after name.
+// Each one took a synthetic address and an entry kept for the stack's
+// life, without end: the IPv6 pool never runs out, and once the IPv4 one
+// did, each name still left an entry. The table now holds at most
+// maxNames names; a new one beyond gets SERVFAIL, recorded, and the names
+// already handed out keep their addresses.
+func TestNamesSyntheticTableIsBounded(t *testing.T) {
+	defer func(old int) { maxNames = old }(maxNames)
+	maxNames = 64
+	h, d := newStallHarness(t, map[string][]uint16{"*.wild.test": nil})
+	d.wild = true
+	first := answerAddrs(t, h.query(t, "n0.wild.test.", dnsmessage.TypeAAAA), "n0.wild.test.")
+	const names = 100
+	for i := 1; i < names; i++ {
+		typ := dnsmessage.TypeA
+		if i%2 == 1 {
+			typ = dnsmessage.TypeAAAA
+		}
+		h.query(t, "n"+itoa(i)+".wild.test.", typ)
+	}
+	h.st.names.mu.Lock()
+	held, addrs := len(h.st.names.byName), len(h.st.names.byAddr)
+	h.st.names.mu.Unlock()
+	t.Logf("names held %d, addresses %d, after %d names asked", held, addrs, names)
+	if held > maxNames || addrs > 2*maxNames {
+		t.Fatalf("%d names, %d synthetic addresses held after %d names asked, want at most %d names", held, addrs, names, maxNames)
+	}
+	m := h.query(t, "n"+itoa(names)+".wild.test.", dnsmessage.TypeA)
+	if m.Header.RCode != dnsmessage.RCodeServerFailure || len(m.Answers) != 0 {
+		t.Fatalf("a name past the cap: %v %v, want SERVFAIL", m.Header.RCode, m.Answers)
+	}
+	if again := answerAddrs(t, h.query(t, "n0.wild.test.", dnsmessage.TypeAAAA), "n0.wild.test."); len(again) != 1 || again[0] != first[0] {
+		t.Fatalf("a name handed out before the cap: %v, want %v", again, first)
+	}
+	capped := 0
+	for _, b := range h.blocks.list() {
+		if strings.HasPrefix(b.Rule, "synthetic names: ") {
+			capped++
+		}
+	}
+	if capped == 0 {
+		t.Fatalf("names past the cap not recorded: %+v", h.blocks.list())
 	}
 }
