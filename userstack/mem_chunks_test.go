@@ -1,0 +1,89 @@
+package userstack
+
+import (
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// sentFootprint is the memory f's unacknowledged host data really takes:
+// each chunk's buffer (its capacity; a pooled one whole) and the slots of
+// the slice that holds them.
+func sentFootprint(f *tcpFlow) (footprint, charged int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	footprint = cap(f.sent) * int(unsafe.Sizeof(tcpChunk{}))
+	for _, c := range f.sent {
+		if c.pooled != nil {
+			footprint += cap(*c.pooled)
+		} else {
+			footprint += cap(c.data)
+		}
+		charged += c.cost
+	}
+	return footprint, charged
+}
+
+// A remote end that sends its data a byte at a time (each write read on
+// its own) to a sandbox that never acknowledges: every byte became a
+// chunk of its own in the flow's unacknowledged data, charged one byte of
+// the memory budget while it took an 8-byte buffer and a 40-byte slot
+// (seen: 20,000 bytes charged for 1.3 MB held, ~65 times the budget).
+// What each chunk costs the budget now covers what it holds, so
+// MaxRelayMemory bounds the memory and not only the payload; and once
+// the sandbox acknowledges most of it, the slice shrinks with it.
+func TestRelayMemoryBudgetCoversSmallChunks(t *testing.T) {
+	const budget = 1 << 20
+	h := newBudgetHarness(t, budget)
+	c := handshake(t, h, netip.AddrPortFrom(jail4, 47100), netip.MustParseAddrPort("203.0.113.70:80"))
+	f := c.flow(t)
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const writes = 20000
+	deadline := time.Now().Add(20 * time.Second) // failsafe, not a timing assertion
+	sent := 0
+	for sent < writes && time.Now().Before(deadline) {
+		if _, err := c.d.peer.Write([]byte{'x'}); err != nil {
+			t.Fatal(err)
+		}
+		for time.Now().Before(deadline) {
+			f.mu.Lock()
+			n := int(f.iss.Add(1).Size(f.sndNxt))
+			waiting := f.has(waitingMem)
+			f.mu.Unlock()
+			if n > sent || waiting {
+				sent = n
+				break
+			}
+			h.ep.Drain()
+			runtime.Gosched()
+		}
+		if h.st.memFree() <= 0 {
+			break // the budget is spent: the relay reads no more
+		}
+		h.ep.Drain() // the sandbox reads its link, and never acknowledges
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	footprint, charged := sentFootprint(f)
+	now, _ := h.st.RelayMemory()
+	t.Logf("%d bytes sent unacknowledged in %d chunks: %d bytes held, %d charged (budget now %d); heap grew %d",
+		sent, len(f.sent), footprint, charged, now, int64(after.HeapAlloc)-int64(before.HeapAlloc))
+	if footprint > charged {
+		t.Fatalf("the flow's unacknowledged data holds %d bytes and is charged %d of the budget", footprint, charged)
+	}
+	h.checkBudget(t, budget)
+	// The sandbox acknowledges all but the last 100 bytes.
+	h.send(tcpSeg{src: c.src, dst: c.dst, flags: header.TCPFlagAck, seq: c.nxt, ack: c.iss + 1 + uint32(sent-100), wnd: 0xffff}.bytes())
+	footprint, charged = sentFootprint(f)
+	t.Logf("after the ACK: %d bytes held, %d charged", footprint, charged)
+	if slack := 64 * int(unsafe.Sizeof(tcpChunk{})); footprint > charged+slack {
+		t.Fatalf("after most was acknowledged, the flow's unacknowledged data holds %d bytes and is charged %d", footprint, charged)
+	}
+}
