@@ -351,7 +351,7 @@ func (f *tcpFlow) dropAcked(n seqnum.Size) {
 		k := copy(f.sent, f.sent[i:])
 		clear(f.sent[k:])
 		f.sent = f.sent[:k]
-		if cap(f.sent) > 64 && 4*k < cap(f.sent) {
+		if cap(f.sent) > 256 && 4*k < cap(f.sent) {
 			// Each chunk is charged four slots (tcpChunkOverhead):
 			// a slice that many small chunks grew does not stay
 			// that large once they are acknowledged.
