@@ -42,6 +42,7 @@ const (
 // flushBlocks waits behind.
 type blockItem struct {
 	b       netpolicy.Block
+	evict   bool // a UDP flow evicted at the cap, for OnEvict
 	flushed chan struct{}
 }
 
@@ -50,8 +51,9 @@ type blockItem struct {
 // sandboxes never queue one) and is let go once a burst of more than
 // blockQueueKeep records has been delivered.
 type blockQueue struct {
-	dropped atomic.Uint64
-	ready   chan struct{} // one token: records were queued
+	dropped       atomic.Uint64
+	evictsDropped atomic.Uint64
+	ready         chan struct{} // one token: records were queued
 	// The token bucket and the queue. Flows are refused on the event
 	// loop and on gVisor's dispatch path, so it is locked; the section is
 	// a few arithmetic operations and an append, never a wait on
@@ -108,21 +110,28 @@ func (q *blockQueue) signal() {
 }
 
 // offer queues b for OnBlock, or counts it dropped; it never blocks.
-func (q *blockQueue) offer(b netpolicy.Block) {
+func (q *blockQueue) offer(b netpolicy.Block) { q.queue(b, false) }
+
+// queue queues b for OnBlock (for OnEvict, evict), or counts it dropped;
+// it never blocks.
+func (q *blockQueue) queue(b netpolicy.Block, evict bool) {
 	q.mu.Lock()
 	ok := q.take(b.Time)
 	if ok && len(q.items)-q.head >= blockQueueLen {
 		ok = false
 	}
 	if ok {
-		q.push(blockItem{b: b})
+		q.push(blockItem{b: b, evict: evict})
 	}
 	q.mu.Unlock()
-	if !ok {
+	switch {
+	case ok:
+		q.signal()
+	case evict:
+		q.evictsDropped.Add(1)
+	default:
 		q.dropped.Add(1)
-		return
 	}
-	q.signal()
 }
 
 // pop takes the oldest queued item, if any.
@@ -168,7 +177,10 @@ func (st *Stack) deliverBlocks() {
 			close(it.flushed)
 			return
 		}
-		if st.cfg.OnBlock != nil {
+		switch {
+		case it.evict:
+			st.cfg.OnEvict(it.b)
+		case st.cfg.OnBlock != nil:
 			st.cfg.OnBlock(it.b)
 		}
 	}
@@ -213,3 +225,26 @@ func (st *Stack) flushBlocks() {
 // Config.OnBlock because the queue was full or over its rate (the flows
 // themselves were refused all the same).
 func (st *Stack) BlocksDropped() uint64 { return st.blocks.dropped.Load() }
+
+// recordEvict reports a UDP flow evicted at the flow cap to
+// Config.OnEvict through the same queue as block records (its bucket, its
+// rate): a flood of new flows evicts one flow per datagram, and each
+// record is a line in the jail's block log. An eviction record the queue
+// does not take is counted in [Stack.EvictRecordsDropped]; every
+// eviction is counted in [Stack.UDPEvictions].
+func (st *Stack) recordEvict(b netpolicy.Block) {
+	st.evictions.Add(1)
+	if st.cfg.OnEvict == nil {
+		return
+	}
+	b.Time = st.cfg.Now()
+	st.blocks.queue(b, true)
+}
+
+// UDPEvictions returns how many UDP flows were evicted at the flow cap,
+// reported to OnEvict or not.
+func (st *Stack) UDPEvictions() uint64 { return st.evictions.Load() }
+
+// EvictRecordsDropped returns how many eviction records were not
+// delivered to Config.OnEvict (the queue was full or over its rate).
+func (st *Stack) EvictRecordsDropped() uint64 { return st.blocks.evictsDropped.Load() }

@@ -574,9 +574,7 @@ func (st *Stack) evict(victims []*udpFlow) {
 		f.mu.Unlock()
 		rule := fmt.Sprintf("udp flow cap %d: least recently used flow from %s evicted", st.cfg.MaxUDPFlows, f.key.src)
 		st.cfg.Logf("userstack: udp %s -> %s evicted (flow cap %d)", f.key.src, dst, st.cfg.MaxUDPFlows)
-		if st.cfg.OnEvict != nil {
-			st.cfg.OnEvict(netpolicy.Block{Time: st.cfg.Now(), Proto: netpolicy.ProtoUDP, Dst: dst, Rule: rule})
-		}
+		st.recordEvict(netpolicy.Block{Proto: netpolicy.ProtoUDP, Dst: dst, Rule: rule})
 	}
 }
 

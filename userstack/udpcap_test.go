@@ -25,6 +25,7 @@ func TestUDPFlowCapEvictsLeastRecentlyUsed(t *testing.T) {
 		OnEvict:     evicted.add,
 		Now:         h.clock.now,
 	})
+	evicted.flush = h.st.flushBlocks // eviction records leave the loop through the block records' queue
 	src := netip.AddrPortFrom(jail4, 46000)
 	dst := func(i int) netip.AddrPort {
 		return netip.AddrPortFrom(netip.MustParseAddr("203.0.113.60"), uint16(6000+i))
@@ -98,6 +99,7 @@ func TestUDPFlowCapUnderAFlood(t *testing.T) {
 	h.dialer.calls = make(chan dial, 1000)
 	var evicted blocks
 	h.start(t, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), Dialer: h.dialer, MaxUDPFlows: 16, OnEvict: evicted.add, Now: h.clock.now})
+	evicted.flush = h.st.flushBlocks
 	const flows = 200
 	for i := range flows {
 		h.send(udpBytes(netip.AddrPortFrom(jail4, uint16(20000+i)), netip.MustParseAddrPort("203.0.113.61:7000"), []byte("x")))
@@ -115,5 +117,45 @@ func TestUDPFlowCapUnderAFlood(t *testing.T) {
 	h.settle(t)
 	if regs := h.st.poll.registered(); regs > 16 {
 		t.Fatalf("%d host sockets watched, cap 16", regs)
+	}
+}
+
+// A flood of new UDP flows past the cap, each from a new source port:
+// every datagram evicts a flow. Each eviction was reported to OnEvict at
+// once, on the packet path, without bound (the jail writes each one to
+// the --log-blocked file: seen, 3,000 lines for 3,000 datagrams in the
+// same second, and a slow log file stalling the relay). Eviction
+// records now take the block records' bounded, rate-limited queue off
+// the event loop; the flows are evicted all the same, and counted exactly
+// (UDPEvictions).
+func TestUDPEvictionFloodIsRateLimited(t *testing.T) {
+	h := &harness{dialer: newFakeDialer(), blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	h.dialer.calls = make(chan dial, 4000)
+	var evicted blocks
+	h.start(t, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), Dialer: h.dialer, MaxUDPFlows: 16, OnEvict: evicted.add, Now: h.clock.now})
+	evicted.flush = h.st.flushBlocks
+	const flows = 3000 // in the same second of the stack's clock
+	for i := range flows {
+		h.send(udpBytes(netip.AddrPortFrom(jail4, uint16(20000+i)), netip.MustParseAddrPort("203.0.113.61:7000"), []byte("x")))
+		if n := h.st.UDPFlows(); n > 16 {
+			t.Fatalf("%d flows after %d datagrams, cap 16", n, i+1)
+		}
+	}
+	got := len(evicted.list())
+	t.Logf("%d evictions, %d reported", flows-16, got)
+	if got > blockBurst {
+		t.Fatalf("%d evictions reported in one second, want at most the block records' burst, %d", got, blockBurst)
+	}
+	if n := h.st.UDPEvictions(); n != flows-16 {
+		t.Fatalf("%d evictions counted, want %d", n, flows-16)
+	}
+	if n := h.st.EvictRecordsDropped(); n != uint64(flows-16-got) {
+		t.Fatalf("%d eviction records counted as dropped, want %d", n, flows-16-got)
+	}
+	if n := h.st.BlocksDropped(); n != 0 {
+		t.Fatalf("%d block records dropped: evictions are no blocks", n)
+	}
+	for range flows {
+		(<-h.dialer.calls).peer.Close()
 	}
 }
