@@ -181,14 +181,20 @@ func TestRelayMemoryWakesAFlowHeldBack(t *testing.T) {
 	// a takes the whole budget (its window, 65535, is wider): all of it
 	// but less than the least a read takes (each chunk is charged its
 	// overhead, tcpChunkOverhead, with its bytes).
+	af := a.flow(t)
 	for range 2000 {
-		if now, _ := h.st.RelayMemory(); budget-now < int64(tcpReadLeast) {
+		// Under a's lock: not in the middle of a read, whose grant
+		// takes all that is free before it gives the rest back.
+		af.mu.Lock()
+		now, _ := h.st.RelayMemory()
+		held := af.has(waitingMem) && budget-now < int64(tcpReadLeast)
+		af.mu.Unlock()
+		if held {
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
 	h.ep.Drain()
-	af := a.flow(t)
 	af.mu.Lock()
 	got := int(uint32(af.sndNxt) - a.iss - 1)
 	af.mu.Unlock()
