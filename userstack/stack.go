@@ -200,6 +200,7 @@ type Stack struct {
 	names     *names      // the domain allowlist, nil when off (names.go)
 	blocks    *blockQueue // records on their way to OnBlock and OnEvict (blocklog.go)
 	evictions atomic.Uint64
+	udpPeers  atomic.Int64 // the peers all UDP mappings remember (udp.go)
 }
 
 // New builds the stack on ep and starts forwarding. The caller keeps

@@ -1,11 +1,17 @@
 package userstack
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/netip"
+	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
@@ -157,5 +163,91 @@ func TestUDPEvictionFloodIsRateLimited(t *testing.T) {
 	}
 	for range flows {
 		(<-h.dialer.calls).peer.Close()
+	}
+}
+
+// unixPacketListener is a Dialer whose UDP mappings get an AF_UNIX
+// datagram socket (sends to an internet address fail on it, harmlessly):
+// the stack's bookkeeping of a mapping's destinations without a real
+// network.
+type unixPacketListener struct{ *fakeDialer }
+
+func (unixPacketListener) ListenPacket(context.Context, string, string) (net.PacketConn, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	unix.Close(fds[1])
+	f := os.NewFile(uintptr(fds[0]), "udp")
+	defer f.Close()
+	return net.FilePacketConn(f)
+}
+
+// udpPeersHeld counts the destinations and reply sources every mapping
+// remembers.
+func (st *Stack) udpPeersHeld() int {
+	st.mu.Lock()
+	flows := make([]*udpFlow, 0, len(st.flows))
+	for _, f := range st.flows {
+		flows = append(flows, f)
+	}
+	st.mu.Unlock()
+	n := 0
+	for _, f := range flows {
+		f.mu.Lock()
+		n += len(f.peers)
+		f.mu.Unlock()
+	}
+	return n
+}
+
+// Every sandbox socket of the flow cap (512) sending to 1,024 addresses
+// each: each mapping remembered every one (maxUDPPeers), 524,288 in all,
+// seen taking 120 MB of the launcher's heap. The peers of all mappings
+// together are bounded too (maxUDPPeersTotal, and one per mapping
+// beyond); past it a mapping forgets one of its own to admit a new
+// destination, and still admits it.
+func TestUDPPeersAcrossFlowsAreBounded(t *testing.T) {
+	h := &harness{dialer: newFakeDialer(), blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	h.start(t, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), Dialer: unixPacketListener{h.dialer}, Now: h.clock.now})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	dst := func(d int) netip.AddrPort {
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte{203, 0, byte(d >> 8), byte(d)}), uint16(1000+d))
+	}
+	for s := range DefaultMaxUDPFlows {
+		src := netip.AddrPortFrom(jail4, uint16(20000+s))
+		for d := range 1024 {
+			h.send(udpBytes(src, dst(d), []byte("x")))
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := h.st.udpPeersHeld()
+	t.Logf("%d flows remember %d peers; heap grew %d MB", h.st.UDPFlows(), held, (int64(after.HeapAlloc)-int64(before.HeapAlloc))>>20)
+	if h.st.UDPFlows() != DefaultMaxUDPFlows {
+		t.Fatalf("%d flows, want %d", h.st.UDPFlows(), DefaultMaxUDPFlows)
+	}
+	if limit := maxUDPPeersTotal + DefaultMaxUDPFlows; held > limit {
+		t.Fatalf("%d peers remembered across the flows, want at most %d", held, limit)
+	}
+	// A new destination of a mapping at the bound is still admitted.
+	src := netip.AddrPortFrom(jail4, 20000)
+	h.send(udpBytes(src, dst(5000), []byte("x")))
+	h.st.mu.Lock()
+	f := h.st.flows[flowKey{src: src, dst: netip.AddrPortFrom(netip.IPv4Unspecified(), 0)}]
+	h.st.mu.Unlock()
+	if f == nil {
+		t.Fatal("no mapping for the first socket")
+	}
+	f.mu.Lock()
+	_, ok := f.peers[dst(5000)]
+	f.mu.Unlock()
+	if !ok {
+		t.Fatal("a new destination past the bound was not admitted")
+	}
+	if n := h.st.udpPeersHeld(); int64(n) != h.st.udpPeers.Load() {
+		t.Fatalf("%d peers held, %d counted", n, h.st.udpPeers.Load())
 	}
 }
