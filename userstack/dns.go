@@ -354,7 +354,11 @@ func (st *Stack) resolveUpstream(ctx context.Context, name string, t dnsmessage.
 			}
 		}
 	}
-	return dedupAddrs(addrs), ttl, m.Header.RCode, nil
+	addrs = dedupAddrs(addrs)
+	if len(addrs) > maxCachedAddrs {
+		addrs = append([]netip.Addr(nil), addrs[:maxCachedAddrs]...) // not the whole answer's array
+	}
+	return addrs, ttl, m.Header.RCode, nil
 }
 
 // forwardUpstream asks upstream for q (another type than A/AAAA) under

@@ -144,6 +144,11 @@ const maxDNSInFlight = 64
 // for (prefetch, udpAdmit) under way at once; more are not started.
 const maxBackgroundLookups = 16
 
+// maxCachedAddrs bounds the addresses kept of one answer upstream (the
+// first ones, in its order): an answer over TCP can carry ~4,000, for each
+// of the cache's 4,096 entries.
+const maxCachedAddrs = 32
+
 func newNames(st *Stack, cfg NameConfig) (*names, error) {
 	if cfg.Rules == nil {
 		return nil, errors.New("the egress stack's domain allowlist has no rules")

@@ -32,6 +32,7 @@ type stallDialer struct {
 	*zoneDialer
 	stall map[string]bool // "A", "AAAA", ...: never answered
 	wild  bool            // every name has A 203.0.113.10 and AAAA 2001:db8::10 (a wildcard zone)
+	many  int             // with wild: every name has this many A records (over UDP: truncated)
 
 	mu               sync.Mutex
 	open, peak, dial int
@@ -100,7 +101,7 @@ func (d *stallDialer) DialContext(ctx context.Context, network, address string) 
 			}
 			r := d.answer(q)
 			if d.wild {
-				r = wildAnswer(m)
+				r = wildAnswer(m, d.many, network == "tcp")
 			}
 			if network == "tcp" {
 				r = append(binary.BigEndian.AppendUint16(nil, uint16(len(r))), r...)
@@ -233,15 +234,22 @@ func TestNamesDNSOverTCPFloodIsBounded(t *testing.T) {
 	}
 }
 
-// wildAnswer answers q as a zone with a wildcard record would.
-func wildAnswer(q dnsmessage.Message) []byte {
+// wildAnswer answers q as a zone with a wildcard record would: one A
+// record, or many (over UDP, a truncated answer without them).
+func wildAnswer(q dnsmessage.Message, many int, tcp bool) []byte {
 	qq := q.Questions[0]
 	rh := dnsmessage.ResourceHeader{Name: qq.Name, Class: dnsmessage.ClassINET, TTL: 60}
 	resp := dnsmessage.Message{Header: dnsmessage.Header{ID: q.Header.ID, Response: true, RecursionAvailable: true}, Questions: q.Questions}
-	switch qq.Type {
-	case dnsmessage.TypeA:
+	switch {
+	case qq.Type == dnsmessage.TypeA && many > 0 && !tcp:
+		resp.Header.Truncated = true
+	case qq.Type == dnsmessage.TypeA && many > 0:
+		for i := range many {
+			resp.Answers = append(resp.Answers, dnsmessage.Resource{Header: rh, Body: &dnsmessage.AResource{A: [4]byte{198, 51, byte(i >> 8), byte(i)}}})
+		}
+	case qq.Type == dnsmessage.TypeA:
 		resp.Answers = []dnsmessage.Resource{{Header: rh, Body: &dnsmessage.AResource{A: [4]byte{203, 0, 113, 10}}}}
-	case dnsmessage.TypeAAAA:
+	case qq.Type == dnsmessage.TypeAAAA:
 		resp.Answers = []dnsmessage.Resource{{Header: rh, Body: &dnsmessage.AAAAResource{AAAA: netip.MustParseAddr("2001:db8::10").As16()}}}
 	}
 	b, _ := resp.Pack()
@@ -291,5 +299,34 @@ func TestNamesSyntheticTableIsBounded(t *testing.T) {
 	}
 	if capped == 0 {
 		t.Fatalf("names past the cap not recorded: %+v", h.blocks.list())
+	}
+}
+
+// An allowed wildcard whose upstream answers each name with thousands of
+// A records (an answer over TCP holds up to ~4,000): the cache kept all
+// of them, for each of its 4,096 entries (about 400 MB at most, ~98 KB an
+// entry; seen: 4,000 addresses kept for one name). Only the first
+// maxCachedAddrs of an answer are kept.
+func TestNamesCacheKeepsFewAddressesPerName(t *testing.T) {
+	h, d := newStallHarness(t, map[string][]uint16{"*.wild.test": nil})
+	d.wild, d.many = true, 4000
+	for i := range 4 {
+		name := "m" + itoa(i) + ".wild.test."
+		if m := h.query(t, name, dnsmessage.TypeA); m.Header.RCode != dnsmessage.RCodeSuccess || len(m.Answers) != 1 {
+			t.Fatalf("%s: %v %v", name, m.Header.RCode, m.Answers)
+		}
+	}
+	n := h.st.names
+	n.mu.Lock()
+	most := 0
+	for k, e := range n.cache {
+		if k.qtype == dnsmessage.TypeA {
+			most = max(most, len(e.addrs))
+		}
+	}
+	n.mu.Unlock()
+	t.Logf("at most %d addresses cached for a name", most)
+	if most == 0 || most > maxCachedAddrs {
+		t.Fatalf("%d addresses cached for a name, want 1 to %d", most, maxCachedAddrs)
 	}
 }
