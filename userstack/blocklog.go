@@ -63,30 +63,46 @@ type blockQueue struct {
 	last   time.Time
 	items  []blockItem // queued from head on, oldest first
 	head   int
+	// Eviction records have a bucket and a bound of their own (see
+	// recordEvict): a burst of evictBurst, then BlockRecordRate a second.
+	evictTokens float64
+	evictLast   time.Time
+	evictQueued int
 }
+
+// evictBurst is the eviction records' burst, and the most of them queued
+// at once: a flood of a few thousand new UDP flows is logged whole (each
+// record ~200 bytes), a sustained one at BlockRecordRate.
+const evictBurst = 4096
 
 // blockQueueKeep: a queue drained with a backing array larger than this
 // many records gives it up.
 const blockQueueKeep = 16
 
 func newBlockQueue() *blockQueue {
-	return &blockQueue{ready: make(chan struct{}, 1), tokens: blockBurst}
+	return &blockQueue{ready: make(chan struct{}, 1), tokens: blockBurst, evictTokens: evictBurst}
 }
 
 // take reports whether a record at now may be queued (a token was
 // available), refilling the bucket first. A clock that goes backwards
 // refills nothing. q.mu is held.
 func (q *blockQueue) take(now time.Time) bool {
-	if !q.last.IsZero() && now.After(q.last) {
-		q.tokens = min(blockBurst, q.tokens+now.Sub(q.last).Seconds()*BlockRecordRate)
+	return takeToken(&q.tokens, &q.last, blockBurst, now)
+}
+
+// takeToken takes a token of a bucket of burst tokens refilled at
+// BlockRecordRate a second, refilling it first (take).
+func takeToken(tokens *float64, last *time.Time, burst float64, now time.Time) bool {
+	if !last.IsZero() && now.After(*last) {
+		*tokens = min(burst, *tokens+now.Sub(*last).Seconds()*BlockRecordRate)
 	}
-	if q.last.IsZero() || now.After(q.last) {
-		q.last = now
+	if last.IsZero() || now.After(*last) {
+		*last = now
 	}
-	if q.tokens < 1 {
+	if *tokens < 1 {
 		return false
 	}
-	q.tokens--
+	*tokens--
 	return true
 }
 
@@ -116,12 +132,17 @@ func (q *blockQueue) offer(b netpolicy.Block) { q.queue(b, false) }
 // it never blocks.
 func (q *blockQueue) queue(b netpolicy.Block, evict bool) {
 	q.mu.Lock()
-	ok := q.take(b.Time)
-	if ok && len(q.items)-q.head >= blockQueueLen {
-		ok = false
+	var ok bool
+	if evict {
+		ok = q.evictQueued < evictBurst && takeToken(&q.evictTokens, &q.evictLast, evictBurst, b.Time)
+	} else {
+		ok = len(q.items)-q.head-q.evictQueued < blockQueueLen && q.take(b.Time)
 	}
 	if ok {
 		q.push(blockItem{b: b, evict: evict})
+		if evict {
+			q.evictQueued++
+		}
 	}
 	q.mu.Unlock()
 	switch {
@@ -144,6 +165,9 @@ func (q *blockQueue) pop() (blockItem, bool) {
 	it := q.items[q.head]
 	q.items[q.head] = blockItem{}
 	q.head++
+	if it.evict {
+		q.evictQueued--
+	}
 	if q.head == len(q.items) {
 		q.items, q.head = q.items[:0], 0
 		if cap(q.items) > blockQueueKeep {
@@ -227,11 +251,13 @@ func (st *Stack) flushBlocks() {
 func (st *Stack) BlocksDropped() uint64 { return st.blocks.dropped.Load() }
 
 // recordEvict reports a UDP flow evicted at the flow cap to
-// Config.OnEvict through the same queue as block records (its bucket, its
-// rate): a flood of new flows evicts one flow per datagram, and each
-// record is a line in the jail's block log. An eviction record the queue
-// does not take is counted in [Stack.EvictRecordsDropped]; every
-// eviction is counted in [Stack.UDPEvictions].
+// Config.OnEvict through the block records' queue, off the event loop,
+// with a token bucket and a bound of its own (evictBurst, then
+// BlockRecordRate a second): a flood of new flows evicts one flow per
+// datagram, and each record is a line in the jail's block log. An
+// eviction record the queue does not take is counted in
+// [Stack.EvictRecordsDropped]; every eviction is counted in
+// [Stack.UDPEvictions].
 func (st *Stack) recordEvict(b netpolicy.Block) {
 	st.evictions.Add(1)
 	if st.cfg.OnEvict == nil {

@@ -127,9 +127,10 @@ type Config struct {
 	// OnEvict, if set, is called for UDP flows evicted to stay under
 	// MaxUDPFlows (Dst is the evicted flow's destination, Rule the
 	// reason), as OnBlock is: from the block records' goroutine, through
-	// their bounded, rate-limited queue (one bucket for both), those
-	// beyond it only counted ([Stack.EvictRecordsDropped]); every
-	// eviction is counted in [Stack.UDPEvictions].
+	// their queue, bounded and rate-limited (a burst of 4096 eviction
+	// records, then BlockRecordRate a second), those beyond it only
+	// counted ([Stack.EvictRecordsDropped]); every eviction is counted in
+	// [Stack.UDPEvictions].
 	OnEvict func(netpolicy.Block)
 	// MaxRelayMemory bounds the bytes the TCP relay buffers across all
 	// flows (see mem.go); default DefaultMaxRelayMemory.

@@ -131,16 +131,17 @@ func TestUDPFlowCapUnderAFlood(t *testing.T) {
 // once, on the packet path, without bound (the jail writes each one to
 // the --log-blocked file: seen, 3,000 lines for 3,000 datagrams in the
 // same second, and a slow log file stalling the relay). Eviction
-// records now take the block records' bounded, rate-limited queue off
-// the event loop; the flows are evicted all the same, and counted exactly
+// records now take the block records' queue off the event loop, with a
+// bucket of their own (a burst of evictBurst, then BlockRecordRate a
+// second); the flows are evicted all the same, and counted exactly
 // (UDPEvictions).
 func TestUDPEvictionFloodIsRateLimited(t *testing.T) {
 	h := &harness{dialer: newFakeDialer(), blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
-	h.dialer.calls = make(chan dial, 4000)
+	h.dialer.calls = make(chan dial, evictBurst+2000)
 	var evicted blocks
 	h.start(t, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), Dialer: h.dialer, MaxUDPFlows: 16, OnEvict: evicted.add, Now: h.clock.now})
 	evicted.flush = h.st.flushBlocks
-	const flows = 3000 // in the same second of the stack's clock
+	const flows = evictBurst + 2000 // in the same second of the stack's clock
 	for i := range flows {
 		h.send(udpBytes(netip.AddrPortFrom(jail4, uint16(20000+i)), netip.MustParseAddrPort("203.0.113.61:7000"), []byte("x")))
 		if n := h.st.UDPFlows(); n > 16 {
@@ -149,8 +150,8 @@ func TestUDPEvictionFloodIsRateLimited(t *testing.T) {
 	}
 	got := len(evicted.list())
 	t.Logf("%d evictions, %d reported", flows-16, got)
-	if got > blockBurst {
-		t.Fatalf("%d evictions reported in one second, want at most the block records' burst, %d", got, blockBurst)
+	if got > evictBurst {
+		t.Fatalf("%d evictions reported in one second, want at most the eviction records' burst, %d", got, evictBurst)
 	}
 	if n := h.st.UDPEvictions(); n != flows-16 {
 		t.Fatalf("%d evictions counted, want %d", n, flows-16)
