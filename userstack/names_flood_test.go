@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -328,5 +329,150 @@ func TestNamesCacheKeepsFewAddressesPerName(t *testing.T) {
 	t.Logf("at most %d addresses cached for a name", most)
 	if most == 0 || most > maxCachedAddrs {
 		t.Fatalf("%d addresses cached for a name, want 1 to %d", most, maxCachedAddrs)
+	}
+}
+
+// A TLS record that announces a ClientHello of 16 KiB, then its bytes one
+// segment each (a real client can: TCP_NODELAY and one-byte writes). Every
+// segment re-read everything held so far (a copy of it, and the record
+// reassembled again): quadratic, ~260 MB allocated and copied by the
+// launcher for 16 KB sent (seen). Until the bytes held could hold the
+// message the record announced, nothing is re-read.
+func TestNamesPeekOneByteSegmentsIsLinear(t *testing.T) {
+	h := newNamesHarness(t, map[string][]uint16{"api.test": nil}, NameConfig{PeekTimeout: time.Minute})
+	h.zone.addA("api.test", "203.0.113.10")
+	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	send := h.attackFlow(t, netip.AddrPortFrom(jail4, 49900), netip.AddrPortFrom(api, 443))
+	const body = 16000
+	send([]byte{0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00, 0x3f, 0xfc}) // a record of 16384 bytes: a ClientHello of 16380
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range body {
+		send([]byte{0})
+		h.ep.Drain() // the relay's ACKs
+	}
+	runtime.ReadMemStats(&after)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d one-byte segments: %d MB allocated", body, alloc>>20)
+	if alloc > 64<<20 {
+		t.Fatalf("%d one-byte segments of a ClientHello allocated %d MB", body, alloc>>20)
+	}
+	h.zone.none(t)
+}
+
+// clientHelloLeast never passes the point where a ClientHello completes,
+// however it is cut into records: a look it saves could never have
+// decided.
+func TestClientHelloLeastIsALowerBound(t *testing.T) {
+	hello := clientHello(t, "api.test")
+	msg := hello[5:]
+	for _, size := range []int{1, 2, 3, 4, 5, 7, 100, 1 << 14} {
+		var b []byte
+		for m := msg; len(m) > 0; {
+			k := min(size, len(m))
+			b = append(b, 0x16, 0x03, 0x01, byte(k>>8), byte(k))
+			b = append(b, m[:k]...)
+			m = m[k:]
+		}
+		done := -1
+		for k := 0; k <= len(b); k++ {
+			if _, res := sniffTLS(b[:k]); res == sniffFound {
+				done = k
+				break
+			} else if res != sniffNeedMore {
+				t.Fatalf("records of %d: %v at %d", size, res, k)
+			}
+		}
+		if done < 0 {
+			t.Fatalf("records of %d: never complete", size)
+		}
+		for j := 0; j < done; j++ {
+			if least := clientHelloLeast(b[:j]); least > done {
+				t.Fatalf("records of %d: at %d bytes, no look before %d; the ClientHello completes at %d", size, j, least, done)
+			}
+		}
+	}
+}
+
+// The same in records of one byte each (a record header for every byte
+// of the message): the ClientHello's announced length alone would leave
+// five sixths of it looked at segment by segment.
+func TestNamesPeekOneByteRecordsIsNotQuadratic(t *testing.T) {
+	h := newNamesHarness(t, map[string][]uint16{"api.test": nil}, NameConfig{PeekTimeout: time.Minute})
+	h.zone.addA("api.test", "203.0.113.10")
+	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	send := h.attackFlow(t, netip.AddrPortFrom(jail4, 49901), netip.AddrPortFrom(api, 443))
+	const length = 10000 // 6 bytes a record: the whole stream stays under peekMax
+	msg := append([]byte{0x01, 0x00, byte(length >> 8), byte(length & 0xff)}, make([]byte, length-100)...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, c := range msg {
+		for _, x := range []byte{0x16, 0x03, 0x01, 0x00, 0x01, c} {
+			send([]byte{x})
+		}
+		h.ep.Drain()
+	}
+	runtime.ReadMemStats(&after)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d one-byte segments: %d MB allocated", 6*len(msg), alloc>>20)
+	if alloc > 128<<20 {
+		t.Fatalf("%d one-byte segments of a ClientHello in one-byte records allocated %d MB", 6*len(msg), alloc>>20)
+	}
+	h.zone.none(t)
+}
+
+// The same after the peek timeout (the client said nothing, the flow was
+// dialed and is watched, peekwatch.go): each segment was checked with
+// all the first bytes before it (seen: 2.9 GB allocated for 59 KB sent).
+// The segment that completes a ClientHello is still checked: one for
+// another name is still reset before it is relayed.
+func TestNamesWatchOneByteSegmentsIsLinear(t *testing.T) {
+	h := newNamesHarness(t, map[string][]uint16{"api.test": nil, "other.test": nil}, NameConfig{PeekTimeout: 20 * time.Millisecond})
+	h.zone.addA("api.test", "203.0.113.10")
+	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	// oneByteRecords sends msg (a handshake message) in records of one
+	// byte, a byte a segment, on a watched flow, and returns what the
+	// launcher allocated meanwhile.
+	port := uint16(49902)
+	oneByteRecords := func(msg []byte) uint64 {
+		port++
+		send := h.attackFlow(t, netip.AddrPortFrom(jail4, port), netip.AddrPortFrom(api, 443))
+		d := h.zone.next(t) // dialed at the timeout: watched
+		go func() { _, _ = io.Copy(io.Discard, d.peer) }()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for _, c := range msg {
+			h.ep.Drain() // the relay's ACKs (not the RST: after the last segment)
+			for _, x := range []byte{0x16, 0x03, 0x01, 0x00, 0x01, c} {
+				send([]byte{x})
+			}
+		}
+		h.waitRST(t)
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	last := func() string {
+		bl := h.blocks.list()
+		if len(bl) == 0 {
+			return ""
+		}
+		return bl[len(bl)-1].Rule
+	}
+	hello := clientHello(t, "other.test")
+	oneByteRecords(hello[5:])
+	if r := last(); r != "sni mismatch: other.test" {
+		t.Fatalf("the last block: %q, want sni mismatch: other.test", r)
+	}
+	// A message announced at 9,904 bytes: 59,424 bytes in all, under
+	// peekMax.
+	const length = 9900
+	msg := append([]byte{0x01, 0x00, byte(length >> 8), byte(length & 0xff)}, make([]byte, length)...)
+	alloc := oneByteRecords(msg)
+	t.Logf("%d one-byte segments: %d MB allocated", 6*len(msg), alloc>>20)
+	if r := last(); r != "malformed TLS first message" {
+		t.Fatalf("the last block: %q, want malformed TLS first message", r)
+	}
+	if alloc > 128<<20 {
+		t.Fatalf("%d one-byte segments of a watched ClientHello allocated %d MB", 6*len(msg), alloc>>20)
 	}
 }
