@@ -476,3 +476,28 @@ func TestNamesWatchOneByteSegmentsIsLinear(t *testing.T) {
 		t.Fatalf("%d one-byte segments of a watched ClientHello allocated %d MB", 6*len(msg), alloc>>20)
 	}
 }
+
+// An HTTP request header sent a byte a segment: each segment looked at
+// all the bytes before it again, in a copy of them (seen: 135 MB
+// allocated for 16 KB). While they fit one buffer they are looked at in
+// place.
+func TestNamesPeekHTTPOneByteSegments(t *testing.T) {
+	h := newNamesHarness(t, map[string][]uint16{"api.test": nil}, NameConfig{PeekTimeout: time.Minute})
+	h.zone.addA("api.test", "203.0.113.10")
+	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	send := h.attackFlow(t, netip.AddrPortFrom(jail4, 49910), netip.AddrPortFrom(api, 80))
+	req := []byte("GET / HTTP/1.1\r\nX-Pad: " + strings.Repeat("a", 16000))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, c := range req {
+		h.ep.Drain()
+		send([]byte{c})
+	}
+	runtime.ReadMemStats(&after)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d one-byte segments: %d MB allocated", len(req), alloc>>20)
+	if alloc > 48<<20 {
+		t.Fatalf("%d one-byte segments of an HTTP request allocated %d MB", len(req), alloc>>20)
+	}
+	h.zone.none(t)
+}

@@ -74,7 +74,7 @@ func (p *peekState) timerFired(*loopTimer) {
 		p.decide(sniffNotThis, "")
 		return
 	}
-	if _, res := sniffTLS(f.pendBytes()); res != sniffNeedMore {
+	if _, res := sniffTLS(f.pendView()); res != sniffNeedMore {
 		// The start of what may be an HTTP request line (any token is a
 		// method), and then silence: a short message of another
 		// protocol ("x", "PING") waiting for its answer. Relayed as
@@ -93,7 +93,17 @@ func (p *peekState) timerFired(*loopTimer) {
 	p.arm(f.st.names.cfg.PeekTimeout)
 }
 
-// pendBytes is the sandbox's data held so far, in one slice.
+// pendView is the sandbox's data held so far, for a look that neither
+// keeps nor changes it: pend's buffer itself while it is one (small
+// segments share one, tcpPendChunk), not a copy per segment looked at.
+func (f *tcpFlow) pendView() []byte {
+	if len(f.pend) == 1 {
+		return f.pend[0]
+	}
+	return f.pendBytes()
+}
+
+// pendBytes is the sandbox's data held so far, in one slice of its own.
 func (f *tcpFlow) pendBytes() []byte {
 	b := make([]byte, 0, f.pendLen)
 	for _, c := range f.pend {
@@ -167,7 +177,7 @@ func (f *tcpFlow) peekData() {
 		// sent a byte a segment would cost the square of its length.
 		return
 	}
-	b := f.pendBytes()
+	b := f.pendView()
 	rule, res := checkFirst(b, p.name, f.has(finFromSandbox))
 	switch {
 	case rule != "":
