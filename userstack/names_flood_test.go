@@ -258,7 +258,7 @@ func wildAnswer(q dnsmessage.Message, many int, tcp bool) []byte {
 }
 
 // TestNamesSyntheticTableIsBounded: an allowed wildcard whose zone answers
-// every name (*.github.io does), and the sandbox asks for name after name.
+// every name (a wildcard DNS record), and the sandbox asks for name after name.
 // Each one took a synthetic address and an entry kept for the stack's
 // life, without end: the IPv6 pool never runs out, and once the IPv4 one
 // did, each name still left an entry. The table now holds at most
