@@ -306,10 +306,15 @@ func (j *Jail) Close() {
 		if sinkDone != nil {
 			<-sinkDone
 		}
-		var dropped uint64
+		var dropped, evictsUnlogged uint64
+		stEvicts := 0
 		if st != nil {
 			st.Close()
 			dropped = st.BlocksDropped()
+			// Eviction records take the block records' queue: the
+			// count is the stack's, whether logged or not.
+			evictsUnlogged = st.EvictRecordsDropped()
+			stEvicts = int(st.UDPEvictions())
 		}
 		j.pubWG.Wait()
 		j.mu.Lock()
@@ -330,7 +335,7 @@ func (j *Jail) Close() {
 		if j.opts.Summary != nil {
 			j.mu.Lock()
 			sum := j.tally.Summary(5)
-			evicts := j.evicts
+			evicts := max(j.evicts, stEvicts)
 			j.mu.Unlock()
 			if sum != "" {
 				fmt.Fprintln(j.opts.Summary, "claude-sandbox:", sum)
@@ -341,6 +346,9 @@ func (j *Jail) Close() {
 			if dropped > 0 {
 				fmt.Fprintf(j.opts.Summary, "claude-sandbox: %s\n", droppedNote(dropped))
 			}
+		}
+		if evictsUnlogged > 0 && j.log != nil && j.opts.Warn != nil {
+			j.opts.Warn(fmt.Sprintf("%d UDP flow evictions were not logged (a flood beyond the block log's rate of %d records a second)", evictsUnlogged, userstack.BlockRecordRate))
 		}
 		if dropped > 0 {
 			j.debug("block records dropped", "count", dropped)

@@ -42,6 +42,7 @@ const (
 // flushBlocks waits behind.
 type blockItem struct {
 	b       netpolicy.Block
+	evict   bool // a UDP flow evicted at the cap, for OnEvict
 	flushed chan struct{}
 }
 
@@ -50,8 +51,9 @@ type blockItem struct {
 // sandboxes never queue one) and is let go once a burst of more than
 // blockQueueKeep records has been delivered.
 type blockQueue struct {
-	dropped atomic.Uint64
-	ready   chan struct{} // one token: records were queued
+	dropped       atomic.Uint64
+	evictsDropped atomic.Uint64
+	ready         chan struct{} // one token: records were queued
 	// The token bucket and the queue. Flows are refused on the event
 	// loop and on gVisor's dispatch path, so it is locked; the section is
 	// a few arithmetic operations and an append, never a wait on
@@ -61,30 +63,46 @@ type blockQueue struct {
 	last   time.Time
 	items  []blockItem // queued from head on, oldest first
 	head   int
+	// Eviction records have a bucket and a bound of their own (see
+	// recordEvict): a burst of evictBurst, then BlockRecordRate a second.
+	evictTokens float64
+	evictLast   time.Time
+	evictQueued int
 }
+
+// evictBurst is the eviction records' burst, and the most of them queued
+// at once: a flood of a few thousand new UDP flows is logged whole (each
+// record ~200 bytes), a sustained one at BlockRecordRate.
+const evictBurst = 4096
 
 // blockQueueKeep: a queue drained with a backing array larger than this
 // many records gives it up.
 const blockQueueKeep = 16
 
 func newBlockQueue() *blockQueue {
-	return &blockQueue{ready: make(chan struct{}, 1), tokens: blockBurst}
+	return &blockQueue{ready: make(chan struct{}, 1), tokens: blockBurst, evictTokens: evictBurst}
 }
 
 // take reports whether a record at now may be queued (a token was
 // available), refilling the bucket first. A clock that goes backwards
 // refills nothing. q.mu is held.
 func (q *blockQueue) take(now time.Time) bool {
-	if !q.last.IsZero() && now.After(q.last) {
-		q.tokens = min(blockBurst, q.tokens+now.Sub(q.last).Seconds()*BlockRecordRate)
+	return takeToken(&q.tokens, &q.last, blockBurst, now)
+}
+
+// takeToken takes a token of a bucket of burst tokens refilled at
+// BlockRecordRate a second, refilling it first (take).
+func takeToken(tokens *float64, last *time.Time, burst float64, now time.Time) bool {
+	if !last.IsZero() && now.After(*last) {
+		*tokens = min(burst, *tokens+now.Sub(*last).Seconds()*BlockRecordRate)
 	}
-	if q.last.IsZero() || now.After(q.last) {
-		q.last = now
+	if last.IsZero() || now.After(*last) {
+		*last = now
 	}
-	if q.tokens < 1 {
+	if *tokens < 1 {
 		return false
 	}
-	q.tokens--
+	*tokens--
 	return true
 }
 
@@ -108,21 +126,33 @@ func (q *blockQueue) signal() {
 }
 
 // offer queues b for OnBlock, or counts it dropped; it never blocks.
-func (q *blockQueue) offer(b netpolicy.Block) {
+func (q *blockQueue) offer(b netpolicy.Block) { q.queue(b, false) }
+
+// queue queues b for OnBlock (for OnEvict, evict), or counts it dropped;
+// it never blocks.
+func (q *blockQueue) queue(b netpolicy.Block, evict bool) {
 	q.mu.Lock()
-	ok := q.take(b.Time)
-	if ok && len(q.items)-q.head >= blockQueueLen {
-		ok = false
+	var ok bool
+	if evict {
+		ok = q.evictQueued < evictBurst && takeToken(&q.evictTokens, &q.evictLast, evictBurst, b.Time)
+	} else {
+		ok = len(q.items)-q.head-q.evictQueued < blockQueueLen && q.take(b.Time)
 	}
 	if ok {
-		q.push(blockItem{b: b})
+		q.push(blockItem{b: b, evict: evict})
+		if evict {
+			q.evictQueued++
+		}
 	}
 	q.mu.Unlock()
-	if !ok {
+	switch {
+	case ok:
+		q.signal()
+	case evict:
+		q.evictsDropped.Add(1)
+	default:
 		q.dropped.Add(1)
-		return
 	}
-	q.signal()
 }
 
 // pop takes the oldest queued item, if any.
@@ -135,6 +165,9 @@ func (q *blockQueue) pop() (blockItem, bool) {
 	it := q.items[q.head]
 	q.items[q.head] = blockItem{}
 	q.head++
+	if it.evict {
+		q.evictQueued--
+	}
 	if q.head == len(q.items) {
 		q.items, q.head = q.items[:0], 0
 		if cap(q.items) > blockQueueKeep {
@@ -168,7 +201,10 @@ func (st *Stack) deliverBlocks() {
 			close(it.flushed)
 			return
 		}
-		if st.cfg.OnBlock != nil {
+		switch {
+		case it.evict:
+			st.cfg.OnEvict(it.b)
+		case st.cfg.OnBlock != nil:
 			st.cfg.OnBlock(it.b)
 		}
 	}
@@ -213,3 +249,28 @@ func (st *Stack) flushBlocks() {
 // Config.OnBlock because the queue was full or over its rate (the flows
 // themselves were refused all the same).
 func (st *Stack) BlocksDropped() uint64 { return st.blocks.dropped.Load() }
+
+// recordEvict reports a UDP flow evicted at the flow cap to
+// Config.OnEvict through the block records' queue, off the event loop,
+// with a token bucket and a bound of its own (evictBurst, then
+// BlockRecordRate a second): a flood of new flows evicts one flow per
+// datagram, and each record is a line in the jail's block log. An
+// eviction record the queue does not take is counted in
+// [Stack.EvictRecordsDropped]; every eviction is counted in
+// [Stack.UDPEvictions].
+func (st *Stack) recordEvict(b netpolicy.Block) {
+	st.evictions.Add(1)
+	if st.cfg.OnEvict == nil {
+		return
+	}
+	b.Time = st.cfg.Now()
+	st.blocks.queue(b, true)
+}
+
+// UDPEvictions returns how many UDP flows were evicted at the flow cap,
+// reported to OnEvict or not.
+func (st *Stack) UDPEvictions() uint64 { return st.evictions.Load() }
+
+// EvictRecordsDropped returns how many eviction records were not
+// delivered to Config.OnEvict (the queue was full or over its rate).
+func (st *Stack) EvictRecordsDropped() uint64 { return st.blocks.evictsDropped.Load() }

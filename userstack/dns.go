@@ -111,6 +111,11 @@ func udpLimit(q []byte) int {
 func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
 	st := n.st
 	defer st.wg.Done()
+	defer func() {
+		n.mu.Lock()
+		n.dnsTCP--
+		n.mu.Unlock()
+	}()
 	defer conn.Close()
 	stop := context.AfterFunc(st.ctx, func() { conn.Close() })
 	defer stop()
@@ -124,7 +129,16 @@ func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
 		if _, err := io.ReadFull(conn, q); err != nil {
 			return
 		}
+		// The same slots as queries over UDP: connections at once are
+		// bounded (maxDNSTCPConns), and the queries they have answered
+		// upstream at once with the rest.
+		select {
+		case n.dnsSlots <- struct{}{}:
+		case <-st.ctx.Done():
+			return
+		}
 		resp := n.answer(st.ctx, q, netpolicy.ProtoTCP, to, 0xffff)
+		<-n.dnsSlots
 		if resp == nil {
 			return
 		}
@@ -140,6 +154,31 @@ func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
 // resolver: one end of a socketpair the relay uses as its host socket,
 // the other end served by serveDNSTCP.
 func (n *names) startDNSTCP(to netip.AddrPort) (int, error) {
+	n.mu.Lock()
+	if n.dnsTCP >= maxDNSTCPConns {
+		n.mu.Unlock()
+		n.st.block(netpolicy.ProtoTCP, to, fmt.Sprintf("dns over tcp: %d connections at once", maxDNSTCPConns))
+		return -1, errDNSTCPFull
+	}
+	n.dnsTCP++
+	n.mu.Unlock()
+	fd, err := n.startDNSTCPConn(to)
+	if err != nil {
+		n.mu.Lock()
+		n.dnsTCP--
+		n.mu.Unlock()
+	}
+	return fd, err
+}
+
+// maxDNSTCPConns bounds the TCP connections to the stack's resolver served
+// at once (each a goroutine, a socket pair and up to 64 KiB of query
+// buffered); one more is reset and recorded.
+const maxDNSTCPConns = 128
+
+var errDNSTCPFull = errors.New("too many DNS connections over TCP")
+
+func (n *names) startDNSTCPConn(to netip.AddrPort) (int, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
@@ -171,7 +210,7 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 	if err != nil || h.Response {
 		return nil // not a query: no answer (as a resolver drops garbage)
 	}
-	qs, err := p.AllQuestions()
+	qs, err := oneQuestion(&p)
 	resp := dnsmessage.Header{ID: h.ID, Response: true, OpCode: h.OpCode, RecursionDesired: h.RecursionDesired, RecursionAvailable: true}
 	switch {
 	case h.OpCode != 0:
@@ -213,6 +252,11 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 			return build(resp, qs, nil, limit)
 		}
 		a, err := n.synthetic(name, v6)
+		if errors.Is(err, errTooManyNames) {
+			n.st.blockName(proto, to, name, fmt.Sprintf("synthetic names: %d handed out, no more", maxNames))
+			resp.RCode = dnsmessage.RCodeServerFailure
+			return build(resp, qs, nil, limit)
+		}
 		if err != nil {
 			n.st.cfg.Logf("userstack: dns %s: %v", name, err)
 			resp.RCode = dnsmessage.RCodeServerFailure
@@ -238,6 +282,24 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 	}
 	resp.RCode = rcode
 	return build(resp, qs, rrs, limit)
+}
+
+// errNotOneQuestion: a query with no question, or more than one.
+var errNotOneQuestion = errors.New("not one question")
+
+// oneQuestion parses the query's question, and no further than a second
+// one: AllQuestions would parse every one first (a datagram holds ~10,800
+// questions of a 2-byte name pointer each, each parsed into a Question
+// with a 255-byte name array: ~13 MB allocated per query, seen).
+func oneQuestion(p *dnsmessage.Parser) ([]dnsmessage.Question, error) {
+	q, err := p.Question()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.Question(); err != dnsmessage.ErrSectionDone {
+		return nil, errNotOneQuestion
+	}
+	return []dnsmessage.Question{q}, nil
 }
 
 // ttlOf is the TTL of a synthetic answer: the cached upstream TTL, at
@@ -310,7 +372,11 @@ func (st *Stack) resolveUpstream(ctx context.Context, name string, t dnsmessage.
 			}
 		}
 	}
-	return dedupAddrs(addrs), ttl, m.Header.RCode, nil
+	addrs = dedupAddrs(addrs)
+	if len(addrs) > maxCachedAddrs {
+		addrs = append([]netip.Addr(nil), addrs[:maxCachedAddrs]...) // not the whole answer's array
+	}
+	return addrs, ttl, m.Header.RCode, nil
 }
 
 // forwardUpstream asks upstream for q (another type than A/AAAA) under
@@ -453,16 +519,5 @@ func (n *names) prefetch(name string, asked dnsmessage.Type) {
 	if asked == dnsmessage.TypeAAAA {
 		other = dnsmessage.TypeA
 	}
-	n.mu.Lock()
-	e, ok := n.cache[cacheKey{name, other}]
-	fresh := ok && n.st.cfg.Now().Before(e.expires)
-	n.mu.Unlock()
-	if fresh {
-		return
-	}
-	st := n.st
-	st.goFlow(func() {
-		defer st.wg.Done()
-		_, _, _ = n.lookup(st.ctx, name, other)
-	})
+	n.background(name, other)
 }

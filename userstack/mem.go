@@ -9,7 +9,12 @@ package userstack
 // 15: eight busy connections took about 75 MiB).
 //
 // The budget is a counter of bytes held, taken before memory is held and
-// given back when it is let go; it never goes over. Under pressure the
+// given back when it is let go; it never goes over. What is counted is
+// the memory, not only the payload: a segment of host data waiting for
+// the sandbox's ACK is charged its buffer and its slots in the flow's
+// list (tcpChunkOverhead), so that a remote end trickling one byte per
+// segment to a sandbox that never acknowledges cannot hold ~55 times the
+// budget. Under pressure the
 // relay narrows what it lets in instead of dropping what it took: the
 // window advertised to the sandbox is at most what is free (a flow whose
 // host socket keeps up is offered at least tcpWndFloor: what it sends
@@ -29,14 +34,18 @@ const DefaultMaxRelayMemory = 16 << 20
 
 // memTake takes up to want bytes of the budget (fewer if fewer are free)
 // and returns how many it took.
-func (st *Stack) memTake(want int) int {
+func (st *Stack) memTake(want int) int { return st.memTakeLeast(1, want) }
+
+// memTakeLeast is memTake that takes nothing unless at least least bytes
+// are free.
+func (st *Stack) memTakeLeast(least, want int) int {
 	if want <= 0 {
 		return 0
 	}
 	for {
 		used := st.memUsed.Load()
 		n := min(int64(want), st.memBudget-used)
-		if n <= 0 {
+		if n <= 0 || n < int64(least) {
 			return 0
 		}
 		if st.memUsed.CompareAndSwap(used, used+n) {

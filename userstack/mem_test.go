@@ -178,15 +178,27 @@ func TestRelayMemoryWakesAFlowHeldBack(t *testing.T) {
 	a := handshake(t, h, netip.AddrPortFrom(jail4, 47200), netip.MustParseAddrPort("203.0.113.72:80"))
 	b := handshake(t, h, netip.AddrPortFrom(jail4, 47201), netip.MustParseAddrPort("203.0.113.72:81"))
 	go func() { _, _ = a.d.peer.Write(streamAt(0, 70000)) }()
-	// a takes the whole budget (its window, 65535, is wider).
-	var got int
-	for got < budget {
-		o := readOut(t, h.ep)
-		if o.tcp().DestinationPort() == a.src.Port() {
-			got += len(o.tcpPayload())
+	// a takes the whole budget (its window, 65535, is wider): all of it
+	// but less than the least a read takes (each chunk is charged its
+	// overhead, tcpChunkOverhead, with its bytes).
+	af := a.flow(t)
+	for range 2000 {
+		// Under a's lock: not in the middle of a read, whose grant
+		// takes all that is free before it gives the rest back.
+		af.mu.Lock()
+		now, _ := h.st.RelayMemory()
+		held := af.has(waitingMem) && budget-now < int64(tcpReadLeast)
+		af.mu.Unlock()
+		if held {
+			break
 		}
+		time.Sleep(time.Millisecond)
 	}
-	if now, _ := h.st.RelayMemory(); now != budget {
+	h.ep.Drain()
+	af.mu.Lock()
+	got := int(uint32(af.sndNxt) - a.iss - 1)
+	af.mu.Unlock()
+	if now, _ := h.st.RelayMemory(); now > budget || budget-now >= int64(tcpReadLeast) {
 		t.Fatalf("relay memory %d, want the whole budget %d", now, budget)
 	}
 	// b's host speaks: nothing is free, so b waits.

@@ -101,8 +101,22 @@ type names struct {
 	next6  uint64 // offset of the next IPv6 address in Pool6
 	cache  map[cacheKey]cacheEntry
 	udp    map[netip.AddrPort]udpTarget
+	// lookups are the upstream lookups under way, one per name and type:
+	// whoever needs the same answer meanwhile waits for it.
+	lookups map[cacheKey]*lookupCall
+	dnsTCP  int // TCP connections to the resolver being served
 
 	dnsSlots chan struct{} // queries being answered at once
+	bgSlots  chan struct{} // background lookups under way (prefetch, udpAdmit)
+}
+
+// lookupCall is one lookup upstream under way; done is closed once its
+// result is set.
+type lookupCall struct {
+	done  chan struct{}
+	addrs []netip.Addr
+	rcode dnsmessage.RCode
+	err   error
 }
 
 type nameEntry struct {
@@ -125,6 +139,15 @@ type cacheEntry struct {
 // maxDNSInFlight bounds the sandbox's queries being resolved at once;
 // more are dropped (the resolver library retries).
 const maxDNSInFlight = 64
+
+// maxBackgroundLookups bounds the lookups upstream that no query waits
+// for (prefetch, udpAdmit) under way at once; more are not started.
+const maxBackgroundLookups = 16
+
+// maxCachedAddrs bounds the addresses kept of one answer upstream (the
+// first ones, in its order): an answer over TCP can carry ~4,000, for each
+// of the cache's 4,096 entries.
+const maxCachedAddrs = 32
 
 func newNames(st *Stack, cfg NameConfig) (*names, error) {
 	if cfg.Rules == nil {
@@ -149,7 +172,9 @@ func newNames(st *Stack, cfg NameConfig) (*names, error) {
 		byAddr:   map[netip.Addr]*nameEntry{},
 		cache:    map[cacheKey]cacheEntry{},
 		udp:      map[netip.AddrPort]udpTarget{},
+		lookups:  map[cacheKey]*lookupCall{},
 		dnsSlots: make(chan struct{}, maxDNSInFlight),
+		bgSlots:  make(chan struct{}, maxBackgroundLookups),
 	}, nil
 }
 
@@ -158,6 +183,10 @@ func (n *names) inPool(a netip.Addr) bool {
 	a = a.Unmap()
 	return n.cfg.Pool4.Contains(a) || n.cfg.Pool6.Contains(a)
 }
+
+// maxNames bounds the names given a synthetic address (a variable for the
+// tests).
+var maxNames = 1 << 16
 
 // errPoolFull: every address of a pool is taken.
 var errPoolFull = errors.New("the synthetic address pool is exhausted")
@@ -170,8 +199,13 @@ func (n *names) synthetic(name string, v6 bool) (netip.Addr, error) {
 	defer n.mu.Unlock()
 	e := n.byName[name]
 	if e == nil {
+		// Entries are kept for the stack's life (an address is never
+		// given to another name): a sandbox asking for name after name
+		// under an allowed wildcard would grow the table without end.
+		if len(n.byName) >= maxNames {
+			return netip.Addr{}, errTooManyNames
+		}
 		e = &nameEntry{name: name}
-		n.byName[name] = e
 	}
 	if v6 {
 		if !e.v6.IsValid() {
@@ -182,18 +216,23 @@ func (n *names) synthetic(name string, v6 bool) (netip.Addr, error) {
 			e.v6 = a
 			n.byAddr[a] = e
 		}
+		n.byName[name] = e
 		return e.v6, nil
 	}
 	if !e.v4.IsValid() {
 		a, err := n.alloc4()
 		if err != nil {
-			return a, err
+			return a, err // no entry left behind for a name with no address
 		}
 		e.v4 = a
 		n.byAddr[a] = e
 	}
+	n.byName[name] = e
 	return e.v4, nil
 }
+
+// errTooManyNames: maxNames names have a synthetic address already.
+var errTooManyNames = errors.New("too many names")
 
 // alloc4 takes the next IPv4 address of the pool, skipping the pool's
 // first and last and every address ending in .0 or .255 (some software
@@ -442,6 +481,11 @@ func (n *names) cached(name string, t dnsmessage.Type) []netip.Addr {
 // lookup resolves name's records of type t (A or AAAA) through the
 // upstream resolver, cached for their TTL (at most 5 minutes; a failure or
 // a negative answer for 5 seconds).
+//
+// One lookup per name and type is under way at a time: a caller that
+// finds one waits for its result (or its own ctx) instead of asking
+// upstream again, so a flood of queries or datagrams for a name the
+// upstream is slow to answer costs one query upstream, not one each.
 func (n *names) lookup(ctx context.Context, name string, t dnsmessage.Type) ([]netip.Addr, dnsmessage.RCode, error) {
 	key := cacheKey{name, t}
 	now := n.st.cfg.Now()
@@ -450,8 +494,29 @@ func (n *names) lookup(ctx context.Context, name string, t dnsmessage.Type) ([]n
 		n.mu.Unlock()
 		return e.addrs, e.rcode, nil
 	}
+	if c := n.lookups[key]; c != nil {
+		n.mu.Unlock()
+		select {
+		case <-c.done:
+			return c.addrs, c.rcode, c.err
+		case <-ctx.Done():
+			return nil, dnsmessage.RCodeServerFailure, ctx.Err()
+		}
+	}
+	c := &lookupCall{done: make(chan struct{})}
+	n.lookups[key] = c
 	n.mu.Unlock()
-	addrs, ttl, rcode, err := n.st.resolveUpstream(ctx, name, t)
+	c.addrs, c.rcode, c.err = n.lookupUpstream(ctx, key, now)
+	n.mu.Lock()
+	delete(n.lookups, key)
+	n.mu.Unlock()
+	close(c.done)
+	return c.addrs, c.rcode, c.err
+}
+
+// lookupUpstream asks upstream for key and caches what it answered.
+func (n *names) lookupUpstream(ctx context.Context, key cacheKey, now time.Time) ([]netip.Addr, dnsmessage.RCode, error) {
+	addrs, ttl, rcode, err := n.st.resolveUpstream(ctx, key.name, key.qtype)
 	if err != nil {
 		return nil, dnsmessage.RCodeServerFailure, err
 	}
@@ -470,6 +535,45 @@ func (n *names) lookup(ctx context.Context, name string, t dnsmessage.Type) ([]n
 	n.cache[key] = cacheEntry{addrs: addrs, rcode: rcode, ttl: ttl, expires: now.Add(time.Duration(ttl) * time.Second)}
 	n.mu.Unlock()
 	return addrs, rcode, nil
+}
+
+// background looks name's records of types up on a worker, for a cache
+// no query waits on (prefetch, udpAdmit): not when each is fresh or
+// already being looked up, and not when maxBackgroundLookups are under
+// way (the trigger, a datagram or a query, comes again).
+func (n *names) background(name string, types ...dnsmessage.Type) {
+	now := n.st.cfg.Now()
+	var want []dnsmessage.Type
+	n.mu.Lock()
+	for _, t := range types {
+		key := cacheKey{name, t}
+		if e, ok := n.cache[key]; ok && now.Before(e.expires) {
+			continue
+		}
+		if n.lookups[key] != nil {
+			continue
+		}
+		want = append(want, t)
+	}
+	n.mu.Unlock()
+	if len(want) == 0 {
+		return
+	}
+	select {
+	case n.bgSlots <- struct{}{}:
+	default:
+		return
+	}
+	st := n.st
+	if !st.goFlow(func() {
+		defer st.wg.Done()
+		defer func() { <-n.bgSlots }()
+		for _, t := range want {
+			n.lookup(st.ctx, name, t) //nolint:errcheck
+		}
+	}) {
+		<-n.bgSlots
+	}
 }
 
 // NameOf returns the name a synthetic address stands for, for tests and
@@ -540,12 +644,9 @@ func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool, gate <-chan s
 	cached := fresh(dnsmessage.TypeA) && fresh(dnsmessage.TypeAAAA)
 	n.mu.Unlock()
 	if !cached {
-		st := n.st
-		st.goFlow(func() {
-			defer st.wg.Done()
-			n.lookup(st.ctx, nf.name, dnsmessage.TypeA)    //nolint:errcheck
-			n.lookup(st.ctx, nf.name, dnsmessage.TypeAAAA) //nolint:errcheck
-		})
+		// Every datagram of a flood comes here until the lookups end:
+		// background starts none while one for the name is under way.
+		n.background(nf.name, dnsmessage.TypeA, dnsmessage.TypeAAAA)
 		return false, false, nil
 	}
 	// Fresh in the cache: resolveTarget takes it from there.

@@ -63,6 +63,9 @@ type peekState struct {
 	armed   bool
 	started time.Time
 	done    bool // decided: resolving and dialing
+	// recheckAt: the bytes held before which looking at them again can
+	// tell nothing new (a ClientHello's announced length not reached).
+	recheckAt int
 }
 
 func (p *peekState) timerFired(*loopTimer) {
@@ -80,7 +83,7 @@ func (p *peekState) timerFired(*loopTimer) {
 		p.decide(sniffNotThis, "")
 		return
 	}
-	if _, res := sniffTLS(f.pendBytes()); res != sniffNeedMore {
+	if _, res := sniffTLS(f.pendView()); res != sniffNeedMore {
 		// The start of what may be an HTTP request line (any token is a
 		// method), and then silence: a short message of another
 		// protocol ("x", "PING") waiting for its answer. Relayed as
@@ -99,7 +102,17 @@ func (p *peekState) timerFired(*loopTimer) {
 	p.arm(f.st.names.cfg.PeekTimeout)
 }
 
-// pendBytes is the sandbox's data held so far, in one slice.
+// pendView is the sandbox's data held so far, for a look that neither
+// keeps nor changes it: pend's buffer itself while it is one (small
+// segments share one, tcpPendChunk), not a copy per segment looked at.
+func (f *tcpFlow) pendView() []byte {
+	if len(f.pend) == 1 {
+		return f.pend[0]
+	}
+	return f.pendBytes()
+}
+
+// pendBytes is the sandbox's data held so far, in one slice of its own.
 func (f *tcpFlow) pendBytes() []byte {
 	b := make([]byte, 0, f.pendLen)
 	for _, c := range f.pend {
@@ -168,14 +181,72 @@ func (f *tcpFlow) peekData() {
 		p.decide(sniffNotThis, "") // closed without a byte: nothing to check
 		return
 	}
-	rule, res := checkFirst(f.pendBytes(), p.name, f.has(finFromSandbox))
+	if f.pendLen < p.recheckAt && !f.has(finFromSandbox) {
+		// Each look copies and parses all that is held: a ClientHello
+		// sent a byte a segment would cost the square of its length.
+		return
+	}
+	b := f.pendView()
+	rule, res := checkFirst(b, p.name, f.has(finFromSandbox))
 	switch {
 	case rule != "":
 		p.refuse(rule)
 	case res != sniffNeedMore:
 		p.decide(res, "")
+	default:
+		p.recheckAt = min(clientHelloLeast(b), peekMax)
 	}
 	// NeedMore: more data, or the timer
+}
+
+// clientHelloLeast is a lower bound on the length of a stream that starts
+// with b and holds a whole ClientHello: what is missing of the record
+// under way, the rest of the handshake message its header announced, and
+// a record header more when the record under way cannot hold that rest;
+// 0 when b does not announce the message's length yet (or is no TLS
+// handshake). Shorter, the sniffer can only answer NeedMore or Malformed,
+// and Malformed it still answers later (a prefix that is malformed stays
+// so): nothing is relayed meanwhile. Looking again only once the stream
+// reaches the bound makes a ClientHello sent a byte a segment, even in
+// records of a byte, cost a number of looks logarithmic in its length.
+func clientHelloLeast(b []byte) int {
+	var hs [4]byte
+	got, total := 0, -1 // handshake bytes seen; the message's length with its header
+	for off := 0; ; {
+		if len(b)-off < 5 { // at a record header, whole or not
+			if total < 0 || got >= total {
+				return 0
+			}
+			return len(b) + 5 - (len(b) - off) + total - got
+		}
+		if b[off] != 0x16 {
+			return 0
+		}
+		n := int(b[off+3])<<8 | int(b[off+4])
+		off += 5
+		m := min(n, len(b)-off)
+		if got < len(hs) {
+			copy(hs[got:], b[off:off+m])
+		}
+		got += m
+		if total < 0 && got >= len(hs) {
+			if hs[0] != 1 {
+				return 0
+			}
+			total = len(hs) + (int(hs[1])<<16 | int(hs[2])<<8 | int(hs[3]))
+		}
+		if m < n { // the record goes on past b
+			if total < 0 || got >= total {
+				return 0
+			}
+			need, rest := total-got, n-m
+			if need <= rest {
+				return len(b) + need
+			}
+			return len(b) + rest + 5 + need - rest
+		}
+		off += n
+	}
 }
 
 // refuse resets the sandbox's side and records the block.

@@ -32,6 +32,10 @@ type flowWatch struct {
 	// relay says how many it took (watchTook); ends: they decided.
 	pending int
 	ends    bool
+	// recheckAt: the length of buf before which checking it again can
+	// tell nothing new (clientHelloLeast, peek.go); 0 after bytes that
+	// set it were not taken, since the sandbox may send others.
+	recheckAt int
 }
 
 // h2Preface opens an HTTP/2 connection with prior knowledge (RFC 9113
@@ -110,6 +114,13 @@ func (f *tcpFlow) watchData(data [][]byte, skip, take int) bool {
 	for _, p := range cutSlices(small[:0], data, skip, add) {
 		w.buf = append(w.buf, p...)
 	}
+	if len(w.buf) < w.recheckAt {
+		// The ClientHello begun cannot end before: no segment up to
+		// there completes it (a check per segment of a byte would
+		// cost the square of its length).
+		w.pending, w.ends = add, false
+		return true
+	}
 	rule, res := checkFirst(w.buf, w.name, false)
 	if rule != "" {
 		f.st.blockName(netpolicy.ProtoTCP, f.key.dst, w.name, rule)
@@ -122,6 +133,9 @@ func (f *tcpFlow) watchData(data [][]byte, skip, take int) bool {
 		return false
 	}
 	w.pending, w.ends = add, res != sniffNeedMore
+	if res == sniffNeedMore {
+		w.recheckAt = min(clientHelloLeast(w.buf), peekMax)
+	}
 	return true
 }
 
@@ -137,6 +151,7 @@ func (f *tcpFlow) watchTook(took int) {
 		w.cost -= drop
 		f.st.memGive(drop)
 		w.pending = 0
+		w.recheckAt = 0 // it may have come from the bytes dropped
 		return
 	}
 	w.pending = 0

@@ -126,9 +126,13 @@ type Config struct {
 	// A new flow beyond it evicts the least recently used one (its host
 	// socket closes), reported to OnEvict.
 	MaxUDPFlows int
-	// OnEvict, if set, is called (synchronously, keep it short) for every
-	// UDP flow evicted to stay under MaxUDPFlows: Dst is the evicted
-	// flow's destination, Rule the reason.
+	// OnEvict, if set, is called for UDP flows evicted to stay under
+	// MaxUDPFlows (Dst is the evicted flow's destination, Rule the
+	// reason), as OnBlock is: from the block records' goroutine, through
+	// their queue, bounded and rate-limited (a burst of 4096 eviction
+	// records, then BlockRecordRate a second), those beyond it only
+	// counted ([Stack.EvictRecordsDropped]); every eviction is counted in
+	// [Stack.UDPEvictions].
 	OnEvict func(netpolicy.Block)
 	// MaxRelayMemory bounds the bytes the TCP relay buffers across all
 	// flows (see mem.go); default DefaultMaxRelayMemory.
@@ -207,10 +211,11 @@ type Stack struct {
 	memSpare     []*tcpFlow   // under mu: memWaiters' other buffer
 	tcpLive      atomic.Int32 // len(tcp), for the flows' shares
 
-	heldUDP atomic.Int32 // datagrams held for the IPv6 gate (ready6.go)
-
-	names  *names      // the domain allowlist, nil when off (names.go)
-	blocks *blockQueue // records on their way to OnBlock (blocklog.go)
+	heldUDP   atomic.Int32 // datagrams held for the IPv6 gate (ready6.go)
+	names     *names       // the domain allowlist, nil when off (names.go)
+	blocks    *blockQueue  // records on their way to OnBlock and OnEvict (blocklog.go)
+	evictions atomic.Uint64
+	udpPeers  atomic.Int64 // the peers all UDP mappings remember (udp.go)
 }
 
 // New builds the stack on ep and starts forwarding. The caller keeps

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -242,6 +243,20 @@ const (
 	// segments with its MSS).
 	tcpReadMax   = 64 << 10
 	tcpCopyBelow = tcpReadMax / 2
+	// tcpChunkOverhead is what a chunk of sent costs the memory budget
+	// beyond its bytes: its slot in sent (up to four per chunk: append
+	// doubles the slice, dropAcked halves it only below a quarter) and
+	// the smallest allocation; a copied chunk's buffer is charged a
+	// quarter over its length for the allocator's rounding (copiedCost).
+	// Charged by bytes alone, a remote end trickling a byte per segment
+	// to a sandbox that never acknowledges held ~55 bytes for each one
+	// charged.
+	tcpChunkOverhead = 4*int(unsafe.Sizeof(tcpChunk{})) + 8
+	// tcpPooledCost is what a chunk in a pooled read buffer costs.
+	tcpPooledCost = readBufferLen + tcpChunkOverhead
+	// tcpReadLeast is the least of the budget a read takes: a byte's
+	// chunk.
+	tcpReadLeast = tcpChunkOverhead + 2
 	// tcpPendChunk is the least a buffer for sandbox data waiting for the
 	// host socket holds: small segments share one, so that their count
 	// does not multiply the memory their bytes take.
@@ -276,6 +291,14 @@ const (
 var readBuffers = sync.Pool{New: func() any { b := make([]byte, readBufferLen); return &b }}
 
 const readBufferLen = max(tcpReadMax, udpHeadroom+65535)
+
+// copiedCost is what a chunk of n bytes copied out of a read buffer
+// costs the memory budget (see tcpChunkOverhead).
+func copiedCost(n int) int { return n + n/4 + tcpChunkOverhead }
+
+// copiedMax is the most a read may take to be copied out within grant
+// (copiedCost's inverse, rounded down).
+func copiedMax(grant int) int { return (grant - tcpChunkOverhead) * 4 / 5 }
 
 // tcpChunk is data sent to the sandbox and not yet acknowledged: exactly
 // one segment's payload (front-trimmed by a partial ACK).
@@ -569,10 +592,10 @@ func (f *tcpFlow) interest() uint32 {
 		}
 	case tcpEstablished:
 		if f.hostOpen() && f.space() > 0 {
-			if f.st.memFree() > 0 {
+			if free := f.st.memFree(); free >= tcpReadLeast {
 				ev |= unix.EPOLLIN | unix.EPOLLPRI
 			} else {
-				f.waitMem(0) // read again once memory is given back
+				f.waitMem(free) // read again once memory is given back
 			}
 		}
 		if f.has(pendWaiting) {

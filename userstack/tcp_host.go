@@ -444,13 +444,13 @@ func (f *tcpFlow) readSome() {
 		// What the read may cost of the memory budget, taken before it:
 		// a pooled buffer whole, or (short of that) a read small enough
 		// to be copied out.
-		grant := f.st.memTake(tcpReadMax)
+		grant := f.st.memTakeLeast(tcpReadLeast, tcpPooledCost)
 		if grant == 0 {
-			f.waitMem(0)
+			f.waitMem(f.st.memFree())
 			return // unlock narrows the interest
 		}
-		if grant < tcpReadMax {
-			room = min(room, grant, tcpCopyBelow-1)
+		if grant < tcpPooledCost {
+			room = min(room, copiedMax(grant), tcpCopyBelow-1)
 		}
 		urgent := false
 		if f.has(urgFromHost) {
@@ -485,9 +485,9 @@ func (f *tcpFlow) readSome() {
 			f.maybeDone()
 			return
 		}
-		c := tcpChunk{data: (*buf)[:n], pooled: buf, cost: tcpReadMax}
+		c := tcpChunk{data: (*buf)[:n], pooled: buf, cost: tcpPooledCost}
 		if n < tcpCopyBelow {
-			c = tcpChunk{data: append([]byte(nil), (*buf)[:n]...), cost: n}
+			c = tcpChunk{data: append([]byte(nil), (*buf)[:n]...), cost: copiedCost(n)}
 			readBuffers.Put(buf)
 		}
 		f.st.memGive(grant - c.cost)

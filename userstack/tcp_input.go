@@ -358,6 +358,12 @@ func (f *tcpFlow) dropAcked(n seqnum.Size) {
 		k := copy(f.sent, f.sent[i:])
 		clear(f.sent[k:])
 		f.sent = f.sent[:k]
+		if cap(f.sent) > 256 && 4*k < cap(f.sent) {
+			// Each chunk is charged four slots (tcpChunkOverhead):
+			// a slice that many small chunks grew does not stay
+			// that large once they are acknowledged.
+			f.sent = append(make([]tcpChunk, 0, 2*k), f.sent...)
+		}
 	}
 }
 

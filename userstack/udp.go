@@ -36,6 +36,13 @@ type flowKey struct {
 // address is dropped until the sandbox sends there again.
 const maxUDPPeers = 1024
 
+// maxUDPPeersTotal bounds the peers all mappings remember together (each
+// a few hundred bytes of the launcher's heap: 512 mappings of 1,024 peers
+// took 120 MB); past it, a mapping with peers forgets one of its own to
+// remember another, as at maxUDPPeers (a mapping's first peer is always
+// remembered, so the total stays under this plus the flow cap).
+const maxUDPPeersTotal = 32768
+
 // udpPeer is a remote end of a mapping, keyed by its host-side address.
 type udpPeer struct {
 	sandbox netip.AddrPort // the address the sandbox sees it as (the virtual DNS address for the resolver)
@@ -90,6 +97,9 @@ func (f *udpFlow) close() {
 		f.st.poll.forget(&f.pollFD)
 		unix.Close(f.fd)
 		f.fd = -1
+		f.st.udpPeers.Add(-int64(len(f.peers)))
+		clear(f.peers)
+		clear(f.addrs)
 	}
 	f.mu.Unlock()
 }
@@ -147,12 +157,18 @@ func (f *udpFlow) send(dst, target netip.AddrPort, parts [][]byte) bool {
 func (f *udpFlow) admit(dst, target netip.AddrPort, local bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.fd < 0 {
+		return // closed (evicted meanwhile): sends nothing, remembers nothing
+	}
 	old, had := f.peers[target]
-	if !had && len(f.peers) >= maxUDPPeers {
+	if !had && (len(f.peers) >= maxUDPPeers || (len(f.peers) > 0 && f.st.udpPeers.Load() >= maxUDPPeersTotal)) {
 		for k, p := range f.peers {
 			f.forgetPeerLocked(k, p)
 			break
 		}
+	}
+	if !had {
+		f.st.udpPeers.Add(1)
 	}
 	if had && old.sent && !old.local {
 		f.addrs[target.Addr()]--
@@ -166,6 +182,7 @@ func (f *udpFlow) admit(dst, target netip.AddrPort, local bool) {
 
 func (f *udpFlow) forgetPeerLocked(k netip.AddrPort, p udpPeer) {
 	delete(f.peers, k)
+	f.st.udpPeers.Add(-1)
 	if p.sent && !p.local {
 		if f.addrs[k.Addr()]--; f.addrs[k.Addr()] <= 0 {
 			delete(f.addrs, k.Addr())
@@ -185,10 +202,11 @@ func (f *udpFlow) replySourceLocked(from netip.AddrPort) (netip.AddrPort, bool) 
 	// Another port of an address the sandbox sent to: the policy decides
 	// it as it would a datagram from the sandbox to it, once.
 	v := f.st.check(netpolicy.ProtoUDP, from)
-	if len(f.peers) >= maxUDPPeers {
+	if len(f.peers) >= maxUDPPeers || f.st.udpPeers.Load() >= maxUDPPeersTotal {
 		return from, v.Allowed // not remembered: decided again next time
 	}
 	f.peers[from] = udpPeer{sandbox: from, denied: !v.Allowed}
+	f.st.udpPeers.Add(1)
 	if !v.Allowed {
 		f.st.cfg.Logf("userstack: udp reply from %s to %s dropped (%s)", from, f.key.src, v.Rule)
 	}
@@ -592,9 +610,7 @@ func (st *Stack) evict(victims []*udpFlow) {
 		f.mu.Unlock()
 		rule := fmt.Sprintf("udp flow cap %d: least recently used flow from %s evicted", st.cfg.MaxUDPFlows, f.key.src)
 		st.cfg.Logf("userstack: udp %s -> %s evicted (flow cap %d)", f.key.src, dst, st.cfg.MaxUDPFlows)
-		if st.cfg.OnEvict != nil {
-			st.cfg.OnEvict(netpolicy.Block{Time: st.cfg.Now(), Proto: netpolicy.ProtoUDP, Dst: dst, Rule: rule})
-		}
+		st.recordEvict(netpolicy.Block{Proto: netpolicy.ProtoUDP, Dst: dst, Rule: rule})
 	}
 }
 
