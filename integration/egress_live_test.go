@@ -593,6 +593,79 @@ func TestJailNAT64AfterNetworkChange(t *testing.T) {
 	})
 }
 
+// Notifications of the host's network that change nothing the NAT64
+// answer may depend on (the lifetimes of its addresses refreshed, its
+// default routes announced again) keep the jail's answer: the next IPv6
+// flow goes on at once, the host's resolver sees no second query, and the
+// embedded private address stays refused. A real change (a new address)
+// still drops it (control).
+func TestJailNAT64KeptWhileNetworkUnchanged(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.addIPv6()
+		queries := l.dns64(l.world, labDNS+":53", 0)
+		embeddedPrivate := "2001:db8:64::a01:203" // 10.1.2.3
+		ip(t, "-n", l.world, "addr", "add", embeddedPrivate+"/128", "dev", "lo", "nodad")
+		l.echoTCP(l.world, "["+embeddedPrivate+"]:22")
+		l.echoTCP(l.world, "["+labInternet6+"]:80")
+		// The lab's link-local addresses come into use (duplicate
+		// address detection ends) a moment after the link is up: a
+		// real change of the host's addresses and routes, before the
+		// test's changes.
+		l.waitNoTentative(l.host)
+
+		s := l.startLive(t, uid, "")
+		if got := s.try("tcp [" + labInternet6 + "]:80"); got != "ok" {
+			t.Fatalf("control: the internet over IPv6: %s, want ok", got)
+		}
+		if got := s.try("tcp [" + embeddedPrivate + "]:22"); !blockedAtOnce(got) {
+			t.Fatalf("control: the embedded 10.1.2.3 on a DNS64 network: %s, want it refused", got)
+		}
+		if n := queries.Load(); n != 1 {
+			t.Fatalf("after the first IPv6 flows: %d queries for ipv4only.arpa, want 1", n)
+		}
+
+		// Past the second after a discovery in which notifications still
+		// drop its answer (they may be of a change it saw half done).
+		time.Sleep(1500 * time.Millisecond)
+		// Each of these sends rtnetlink notifications (RTM_NEWADDR,
+		// RTM_NEWROUTE) and leaves the host's network as it was.
+		for _, c := range [][]string{
+			{"addr", "change", labHost6 + "/64", "dev", l.vh, "nodad", "preferred_lft", "forever", "valid_lft", "forever"},
+			{"addr", "change", labHostAddr + "/24", "dev", l.vh, "preferred_lft", "forever", "valid_lft", "forever"},
+			{"-6", "route", "replace", "default", "via", labPeer6},
+			{"route", "replace", "default", "via", labPeer, "proto", "static"},
+			{"route", "replace", "default", "via", labPeer, "proto", "boot"},
+		} {
+			ip(t, append([]string{"-n", l.host}, c...)...)
+		}
+		// Room for the jail to re-read the host (it did drop the answer
+		// here, before it compared what it read).
+		time.Sleep(2 * time.Second)
+		for i := 0; i < 3; i++ {
+			if got := s.try("tcp [" + labInternet6 + "]:80"); got != "ok" {
+				t.Errorf("the internet over IPv6 after notifications that change nothing: %s, want ok", got)
+			}
+		}
+		if got := s.try("tcp [" + embeddedPrivate + "]:22"); !blockedAtOnce(got) {
+			t.Errorf("the embedded 10.1.2.3 after notifications that change nothing: %s, want it refused", got)
+		}
+		if n := queries.Load(); n != 1 {
+			t.Errorf("after notifications that change nothing: %d queries for ipv4only.arpa, want still 1 (the answer kept)", n)
+		}
+
+		// Control: a new address is a change; the next IPv6 flow asks.
+		t0 := time.Now()
+		ip(t, "-n", l.host, "addr", "add", "198.19.77.1/24", "dev", l.vh)
+		s.waitLogged("blocked", "198.19.77.0/24", t0)
+		if got := s.try("tcp [" + labInternet6 + "]:80"); got != "ok" {
+			t.Errorf("the internet over IPv6 after the change: %s, want ok", got)
+		}
+		if n := queries.Load(); n < 2 {
+			t.Errorf("after a new address: %d queries for ipv4only.arpa, want another one", n)
+		}
+	})
+}
+
 // A refusal of a socket bound to the TUN is recorded like the routes'
 // refusals: the filter sends a copy to the sink.
 func TestJailBoundRefusalRecorded(t *testing.T) {

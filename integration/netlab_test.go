@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 
@@ -117,6 +118,24 @@ func (l *lab) addIPv6() {
 	ip(t, "-n", l.host, "-6", "route", "add", "default", "via", labPeer6)
 	for _, a := range []string{labInternet6, labDevice6} {
 		ip(t, "-n", l.world, "addr", "add", a+"/128", "dev", "lo")
+	}
+}
+
+// waitNoTentative waits (10 s at most) until no IPv6 address in
+// namespace ns is tentative (duplicate address detection still running).
+func (l *lab) waitNoTentative(ns string) {
+	l.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out, err := exec.Command("ip", "-n", ns, "-6", "addr", "show", "tentative").CombinedOutput()
+		if err != nil {
+			l.t.Fatalf("ip -n %s -6 addr show tentative: %v\n%s", ns, err, out)
+		}
+		if strings.TrimSpace(string(out)) == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("addresses still tentative in %s after 10 s:\n%s", ns, out)
+		}
 	}
 }
 

@@ -2,7 +2,9 @@ package jail
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -32,16 +34,28 @@ func DiscoverHost(resolvConf string) (HostFacts, error) {
 }
 
 // discoverNetwork reads what the policy is built from and the live policy
-// re-reads: the connected subnets and the routed destinations.
+// re-reads: the connected subnets and the routed destinations; and what
+// the NAT64 answer may depend on (nat64Deps).
 func discoverNetwork() (HostFacts, error) {
 	var f HostFacts
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return f, err
 	}
+	deps := nat64Deps{known: true}
 	for _, ifc := range ifs {
+		up, running := "down", "-"
+		if ifc.Flags&net.FlagUp != 0 {
+			up = "up"
+		}
+		if ifc.Flags&net.FlagRunning != 0 {
+			running = "running"
+		}
+		deps.links = append(deps.links, fmt.Sprintf("%d %s %s %s", ifc.Index, ifc.Name, up, running))
 		addrs, err := ifc.Addrs()
 		if err != nil {
+			// Unknown: no answer is kept across this read.
+			deps.known = false
 			continue
 		}
 		for _, a := range addrs {
@@ -55,13 +69,29 @@ func discoverNetwork() (HostFacts, error) {
 			}
 			ones, _ := ipn.Mask.Size()
 			f.Connected = append(f.Connected, netip.PrefixFrom(addr.Unmap(), ones).Masked())
+			deps.addrs = append(deps.addrs, fmt.Sprintf("%d %s", ifc.Index, netip.PrefixFrom(addr.Unmap(), ones)))
 		}
 	}
-	routed, err := HostRoutes()
+	routed, defaults, err := hostRoutes()
 	if err != nil {
 		return f, fmt.Errorf("read the host's routes: %w", err)
 	}
 	f.Routed = routed
+	deps.defaults = defaults
+	for _, p := range routed {
+		deps.routed = append(deps.routed, p.String())
+	}
+	if rf, err := os.Open(nat64ResolvConf); err == nil {
+		deps.resolv, err = ReadResolvConf(rf)
+		rf.Close()
+		if err != nil {
+			deps.known = false
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		deps.known = false
+	}
+	deps.sort()
+	f.deps = deps
 	return f, nil
 }
 
@@ -77,14 +107,23 @@ func discoverNetwork() (HostFacts, error) {
 // interface as a default route of the same table; and routes that reach
 // nothing (unreachable, blackhole, prohibit, throw).
 func HostRoutes() ([]netip.Prefix, error) {
+	routed, _, err := hostRoutes()
+	return routed, err
+}
+
+// hostRoutes is HostRoutes, and the routes it leaves out as the way to
+// the internet (the default routes and the routes as wide), each
+// described by its table, destination, type, gateway, interface and
+// metric (and its next hops, for a multipath route).
+func hostRoutes() (routed []netip.Prefix, wideRoutes []string, err error) {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer h.Close()
 	all, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	type hop struct {
 		table, link int
@@ -106,6 +145,15 @@ func HostRoutes() ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, r := range all {
 		if wide(r) {
+			dst := "default"
+			if r.Dst != nil {
+				dst = r.Dst.String()
+			}
+			d := fmt.Sprintf("table %d family %d %s type %d via %s dev %d metric %d", r.Table, r.Family, dst, r.Type, r.Gw, r.LinkIndex, r.Priority)
+			for _, nh := range r.MultiPath {
+				d += fmt.Sprintf(" nexthop via %s dev %d weight %d", nh.Gw, nh.LinkIndex, nh.Hops)
+			}
+			wideRoutes = append(wideRoutes, d)
 			continue
 		}
 		switch r.Type {
@@ -125,7 +173,7 @@ func HostRoutes() ([]netip.Prefix, error) {
 			out = append(out, p)
 		}
 	}
-	return out, nil
+	return out, wideRoutes, nil
 }
 
 // hasIPv6Default reports an IPv6 default route on a non-loopback device

@@ -97,6 +97,8 @@ type Jail struct {
 	lastPlan     routes.Plan
 	nat64        []netip.Prefix // the NAT64 prefixes discovered (nat64.go)
 	n64          *nat64Finder
+	deps         nat64Deps                 // what the NAT64 answer may depend on, at the last read (j.upd)
+	readHost     func() (HostFacts, error) // discoverNetwork (tests give their own)
 	watchSock    *os.File
 	closed       atomic.Bool
 	failedClosed atomic.Bool
@@ -104,7 +106,7 @@ type Jail struct {
 
 // New returns a Jail for setup; nothing runs until Attach.
 func New(setup *Setup, opts Options) *Jail {
-	j := &Jail{setup: setup, opts: opts, failed: make(chan error, 1)}
+	j := &Jail{setup: setup, opts: opts, failed: make(chan error, 1), deps: setup.deps, readHost: discoverNetwork}
 	j.n64 = &nat64Finder{lookup: lookupNAT64, found: j.useNAT64, timeout: nat64Timeout}
 	if opts.Log != nil {
 		j.log = netpolicy.NewJSONLWriter(opts.Log)

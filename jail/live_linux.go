@@ -61,7 +61,8 @@ func (j *Jail) startLive() {
 func (j *Jail) watch(sock *os.File) {
 	// A change between the launch's look at the host and the subscription
 	// would otherwise go unseen (done here, off the launch's path).
-	j.refresh([]string{"host network re-read after launch"})
+	// (Any discovery before it may have seen such a change.)
+	j.refresh([]string{"host network re-read after launch"}, &hostChange{})
 	rc, err := sock.SyscallConn()
 	if err != nil {
 		j.failClosed(fmt.Errorf("watch the host's network: %w", err))
@@ -73,9 +74,11 @@ func (j *Jail) watch(sock *os.File) {
 	// whole), then reads it into a buffer of that size. Host network
 	// changes are rare; the bytes are garbage once described.
 	var buf []byte
+	var waited bool // the last recv found nothing queued at first
 	recv := func(wait bool) (int, error) {
 		var n int
 		var rerr error
+		waited = false
 		err := rc.Read(func(fd uintptr) bool {
 			buf = nil
 			n, _, rerr = unix.Recvfrom(int(fd), nil, unix.MSG_DONTWAIT|unix.MSG_PEEK|unix.MSG_TRUNC)
@@ -83,17 +86,31 @@ func (j *Jail) watch(sock *os.File) {
 				buf = make([]byte, max(n, 1))
 				n, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
 			}
-			return !(wait && errors.Is(rerr, unix.EAGAIN))
+			if wait && errors.Is(rerr, unix.EAGAIN) {
+				waited = true
+				return false
+			}
+			return true
 		})
 		if err != nil {
 			return 0, err
 		}
 		return n, rerr
 	}
+	// drained is when the queue was last found empty (zero: not yet).
+	var drained time.Time
 	for {
 		n, err := recv(true)
 		if j.closed.Load() {
 			return
+		}
+		// When the changes notified were made: a moment before the watch
+		// woke, if it had to wait for them (the scheduler's delay,
+		// nat64Settle); any time since the queue was last found empty, if
+		// they were queued already.
+		change := &hostChange{since: time.Now().Add(-nat64Settle)}
+		if !waited && drained.Before(change.since) {
+			change.since = drained
 		}
 		var reasons []string
 		switch {
@@ -102,6 +119,7 @@ func (j *Jail) watch(sock *os.File) {
 		case errors.Is(err, unix.ENOBUFS):
 			// Notifications were lost; the host is re-read anyway.
 			reasons = append(reasons, "host network changed (notifications overflowed)")
+			change.lost = true
 		case err != nil:
 			j.failClosed(fmt.Errorf("watch the host's network: %w", err))
 			return
@@ -111,17 +129,22 @@ func (j *Jail) watch(sock *os.File) {
 		// Drain what else is queued: one re-read covers a burst.
 		for {
 			n, err := recv(false)
+			if errors.Is(err, unix.ENOBUFS) {
+				reasons = append(reasons, "host network changed (notifications overflowed)")
+				change.lost = true
+				continue
+			}
 			if err != nil {
+				drained = time.Now()
 				break
 			}
 			reasons = append(reasons, describe(buf[:n])...)
 		}
 		if len(reasons) > 0 {
-			// The host may be on another network: its NAT64 prefix is
-			// asked again on the next IPv6 flow (the prefixes known so
-			// far stay blocked until then).
-			j.n64.reset()
-			j.refresh(reasons)
+			// When the host's network changed in what its NAT64 answer
+			// may depend on, the prefix is asked again on the next IPv6
+			// flow (the prefixes known so far stay blocked until then).
+			j.refresh(reasons, change)
 		}
 		if j.isFailed() {
 			return
@@ -164,18 +187,23 @@ func describe(b []byte) []string {
 }
 
 // refresh re-reads the host's network and puts the policy it gives in
-// force, if the blocked set moved.
-func (j *Jail) refresh(reasons []string) {
+// force, if the blocked set moved. It drops the NAT64 answer when the
+// host's network changed in what that answer may depend on, or may have
+// (checkNAT64): change is what prompted the re-read (nil: a NAT64
+// answer).
+func (j *Jail) refresh(reasons []string, change *hostChange) {
 	j.upd.Lock()
 	defer j.upd.Unlock()
 	if j.isFailed() {
 		return
 	}
-	facts, err := discoverNetwork()
+	facts, err := j.readHost()
 	if err != nil {
+		j.checkNAT64(nat64Deps{}, change)
 		j.failClosedLocked(fmt.Errorf("re-read the host's network: %w", err))
 		return
 	}
+	j.checkNAT64(facts.deps, change)
 	j.mu.Lock()
 	facts.NAT64 = j.nat64
 	j.mu.Unlock()

@@ -27,12 +27,34 @@ import (
 // When the resolver does not answer in time (or fails), the flows go on
 // under the prefixes known so far (none at first: only 64:ff9b::/96 is
 // blocked then), and the next discovery is due after the next change of
-// the host's network. Each change the live watch reports drops the
-// answer: the next IPv6 flow asks again, while the prefixes found so far
-// stay blocked until a new answer replaces them.
+// the host's network.
+//
+// A change of the host's network drops the answer: the next IPv6 flow
+// asks again, while the prefixes found so far stay blocked until a new
+// answer replaces them. A change is one that may change the answer: at
+// each re-read of the host (the live watch's, after rtnetlink
+// notifications, and the one after an answer), what the answer may
+// depend on (nat64Deps: the host's links and whether they are up, its
+// addresses, its default routes, its routed destinations and its
+// resolv.conf) is compared with the previous read. Notifications that
+// change none of it (an address's lifetime refreshed, a route announced
+// again unchanged, a link's MTU) keep the answer. When in doubt the
+// answer is dropped: the re-read failed or was incomplete, notifications
+// were lost, the launch's read is unknown, or a discovery was under way
+// or ended just before the notifications came (nat64Settle: it may have
+// seen the network in the middle of a change that the re-read no longer
+// shows).
 
 // nat64Timeout bounds one discovery: the query and the policy's update.
 const nat64Timeout = 3 * time.Second
+
+// nat64Settle is how long before the notifications that woke the live
+// watch a discovery's end still counts as overlapping them (the watch
+// wakes later than the change it learns of: the scheduler's delay).
+const nat64Settle = time.Second
+
+// nat64ResolvConf is the file the resolver of lookupNAT64 (Go's) reads.
+const nat64ResolvConf = "/etc/resolv.conf"
 
 // nat64Name is the well-known name of RFC 7050.
 const nat64Name = "ipv4only.arpa"
@@ -103,10 +125,19 @@ type nat64Finder struct {
 	found   func(prefixes []netip.Prefix, latest bool)
 	timeout time.Duration
 
-	mu     sync.Mutex
-	done   chan struct{} // the current discovery's; nil: none since the last reset
-	closed bool
-	runs   int // discoveries started (tests)
+	mu      sync.Mutex
+	done    chan struct{} // the current discovery's; nil: none since the last reset
+	closed  bool
+	runs    int       // discoveries started (tests)
+	running int       // discoveries under way
+	ended   time.Time // when the last one ended
+}
+
+// ranSince reports a discovery under way, or one that ended after t.
+func (d *nat64Finder) ranSince(t time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.running > 0 || (!d.ended.IsZero() && d.ended.After(t))
 }
 
 // ready returns a channel that is closed when the current discovery has
@@ -122,6 +153,7 @@ func (d *nat64Finder) ready() <-chan struct{} {
 			return d.done
 		}
 		d.runs++
+		d.running++
 		go d.run(d.done)
 	}
 	return d.done
@@ -134,6 +166,8 @@ func (d *nat64Finder) run(done chan struct{}) {
 	prefixes, ok := d.lookup(ctx)
 	d.mu.Lock()
 	latest, closed := d.done == done, d.closed
+	d.running--
+	d.ended = time.Now()
 	d.mu.Unlock()
 	if ok && !closed {
 		d.found(prefixes, latest)
@@ -195,5 +229,65 @@ func (j *Jail) useNAT64(found []netip.Prefix, latest bool) {
 		}
 		names = strings.Join(s, ", ")
 	}
-	j.refresh([]string{"host's NAT64 prefixes discovered (RFC 7050): " + names})
+	j.refresh([]string{"host's NAT64 prefixes discovered (RFC 7050): " + names}, nil)
+}
+
+// nat64Deps is what of the host's network the NAT64 answer may depend on,
+// as far as the jail can see it (discoverNetwork reads it): the links,
+// up or not; the addresses, by link; the default routes (and the routes
+// as wide, halves of a default route), with their gateways, interfaces
+// and metrics; the destinations routed otherwise; and the resolv.conf
+// the resolver reads. Each list is sorted: the order of a dump is no
+// change.
+type nat64Deps struct {
+	known    bool // false: not read, or not completely
+	links    []string
+	addrs    []string
+	defaults []string
+	routed   []string
+	resolv   string
+}
+
+func (d *nat64Deps) sort() {
+	for _, l := range [][]string{d.links, d.addrs, d.defaults, d.routed} {
+		slices.Sort(l)
+	}
+}
+
+// same reports two reads known to be alike.
+func (d nat64Deps) same(e nat64Deps) bool {
+	return d.known && e.known && slices.Equal(d.links, e.links) && slices.Equal(d.addrs, e.addrs) &&
+		slices.Equal(d.defaults, e.defaults) && slices.Equal(d.routed, e.routed) && d.resolv == e.resolv
+}
+
+// hostChange is what prompts a re-read of the host by the live watch:
+// rtnetlink notifications about changes made at since or later; lost:
+// some of them were lost.
+type hostChange struct {
+	since time.Time
+	lost  bool
+}
+
+// checkNAT64 drops the NAT64 answer when the host's network may have
+// changed it (see the top of this file): now is the re-read's, c its
+// cause (nil: a re-read not prompted by notifications). Called with j.upd
+// held.
+func (j *Jail) checkNAT64(now nat64Deps, c *hostChange) {
+	var why string
+	switch {
+	case !j.deps.known || !now.known:
+		why = "host network not read completely"
+	case !now.same(j.deps):
+		why = "host network changed"
+	case c == nil:
+	case c.lost:
+		why = "notifications lost"
+	case j.n64.ranSince(c.since):
+		why = "a discovery overlapped the change"
+	}
+	j.deps = now
+	if why != "" {
+		j.n64.reset()
+		j.debug("NAT64 answer dropped", "why", why)
+	}
 }

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"sync"
@@ -239,5 +240,140 @@ func TestNextNAT64(t *testing.T) {
 		if got := nextNAT64(c.cur, c.found, c.latest); !slices.Equal(got, c.want) {
 			t.Errorf("nextNAT64(%v, %v, %v) = %v, want %v", c.cur, c.found, c.latest, got, c.want)
 		}
+	}
+}
+
+// baseDeps is what a NAT64 answer depends on, for a host on 10.0.0.0/24.
+func baseDeps() nat64Deps {
+	d := nat64Deps{
+		known:    true,
+		links:    []string{"1 lo up running", "2 eth0 up running"},
+		addrs:    []string{"1 127.0.0.1/8", "2 10.0.0.5/24", "2 2001:db8:1::5/64"},
+		defaults: []string{"table 254 family 2 default type 1 via 10.0.0.1 dev 2 metric 100", "table 254 family 10 default type 1 via fe80::1 dev 2 metric 1024"},
+		routed:   []string{"10.0.0.5/32", "127.0.0.0/8"},
+		resolv:   "nameserver 10.0.0.53\n",
+	}
+	d.sort() // as read
+	return d
+}
+
+// A live re-read of the host keeps the NAT64 answer (the next IPv6 flow
+// goes on with no new query) when nothing it may depend on changed, and
+// drops it (the next IPv6 flow waits for a new query) when the host's
+// addresses, links, default routes or resolvers changed, and when in
+// doubt: notifications lost, a read incomplete or failed, a discovery
+// that overlapped the notifications.
+func TestNAT64KeptUntilNetworkChanges(t *testing.T) {
+	type host struct {
+		deps nat64Deps
+		err  error
+	}
+	for _, c := range []struct {
+		name   string
+		change func(d *nat64Deps) // the host's network at the re-read
+		read   error              // the re-read fails
+		lost   bool               // notifications were lost
+		before bool               // the notifications came while the discovery ran
+		answer bool               // the re-read after a NAT64 answer, not the watch's
+		keep   bool
+	}{
+		{name: "nothing changed", change: func(*nat64Deps) {}, keep: true},
+		{name: "nothing changed, after an answer", change: func(*nat64Deps) {}, answer: true, keep: true},
+		{name: "dumped in another order", change: func(d *nat64Deps) {
+			slices.Reverse(d.links)
+			slices.Reverse(d.addrs)
+			slices.Reverse(d.defaults)
+			d.sort()
+		}, keep: true},
+		{name: "address changed", change: func(d *nat64Deps) { d.addrs[1] = "2 10.0.0.6/24" }},
+		{name: "address added", change: func(d *nat64Deps) { d.addrs = append(d.addrs, "2 2001:db8:2::5/64"); d.sort() }},
+		{name: "address removed", change: func(d *nat64Deps) { d.addrs = d.addrs[:2] }},
+		{name: "address moved to another link", change: func(d *nat64Deps) {
+			d.links = append(d.links, "3 wlan0 up running")
+			d.addrs[1] = "3 10.0.0.5/24"
+			d.sort()
+		}},
+		{name: "link down", change: func(d *nat64Deps) { d.links[1] = "2 eth0 down -" }},
+		{name: "link lost carrier", change: func(d *nat64Deps) { d.links[1] = "2 eth0 up -" }},
+		{name: "default gateway changed", change: func(d *nat64Deps) {
+			d.defaults[0] = "table 254 family 2 default type 1 via 10.0.0.254 dev 2 metric 100"
+		}},
+		{name: "default route added (a VPN's halves)", change: func(d *nat64Deps) {
+			d.defaults = append(d.defaults, "table 254 family 2 0.0.0.0/1 type 1 via <nil> dev 4 metric 0")
+			d.sort()
+		}},
+		{name: "IPv6 default route removed", change: func(d *nat64Deps) { d.defaults = d.defaults[:1] }},
+		{name: "routed destination added", change: func(d *nat64Deps) { d.routed = append(d.routed, "172.16.0.0/12"); d.sort() }},
+		{name: "resolvers changed", change: func(d *nat64Deps) { d.resolv = "nameserver 10.0.0.54\n" }},
+		{name: "resolvers changed, after an answer", change: func(d *nat64Deps) { d.resolv = "nameserver 10.0.0.54\n" }, answer: true},
+		{name: "read incomplete", change: func(d *nat64Deps) { d.known = false }},
+		{name: "read failed", read: errors.New("netlink: no buffer space")},
+		{name: "notifications lost", change: func(*nat64Deps) {}, lost: true},
+		{name: "notifications during the discovery", change: func(*nat64Deps) {}, before: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			facts := HostFacts{Connected: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, deps: baseDeps()}
+			setup, err := Prepare(facts, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := New(setup, Options{})
+			defer j.n64.close()
+			var calls atomic.Int32
+			j.n64.lookup = func(context.Context) ([]netip.Prefix, bool) {
+				calls.Add(1)
+				return nil, true // no DNS64: the policy stays as it is
+			}
+			var mu sync.Mutex
+			now := host{deps: baseDeps()}
+			j.readHost = func() (HostFacts, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				f := facts
+				f.deps = now.deps
+				return f, now.err
+			}
+
+			// The sandbox's first IPv6 flow.
+			t0 := time.Now()
+			waitClosed(t, j.n64.ready(), "first flow")
+			if n := calls.Load(); n != 1 {
+				t.Fatalf("%d lookups for the first flow, want 1", n)
+			}
+
+			mu.Lock()
+			if c.change != nil {
+				c.change(&now.deps)
+			}
+			now.err = c.read
+			mu.Unlock()
+			change := &hostChange{since: time.Now(), lost: c.lost}
+			if c.before {
+				change.since = t0
+			}
+			if c.answer {
+				change = nil
+			}
+			j.refresh([]string{"test"}, change)
+
+			ch := j.n64.ready()
+			if c.keep {
+				if !isClosed(ch) || calls.Load() != 1 {
+					t.Fatalf("the next IPv6 flow waits for a new query (%d lookups), want the answer kept", calls.Load())
+				}
+			} else {
+				waitClosed(t, ch, "after the change")
+				if n := calls.Load(); n != 2 {
+					t.Fatalf("%d lookups, want the answer dropped and asked again", n)
+				}
+			}
+			// Steady from now on: the same network again keeps the answer.
+			if c.read == nil && now.deps.known {
+				j.refresh([]string{"test again"}, &hostChange{since: time.Now()})
+				if n := calls.Load(); !isClosed(j.n64.ready()) || calls.Load() != n {
+					t.Errorf("a second re-read of the same network dropped the answer")
+				}
+			}
+		})
 	}
 }

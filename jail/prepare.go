@@ -32,6 +32,10 @@ type HostFacts struct {
 	// NAT64 are the network-specific NAT64 prefixes of the host's
 	// resolver (RFC 7050), when known.
 	NAT64 []netip.Prefix
+
+	// deps is what the NAT64 answer may depend on, as read with the rest
+	// (the live policy's baseline; unknown for facts made by hand).
+	deps nat64Deps
 }
 
 // Setup is every decision the jail makes before it runs.
@@ -60,6 +64,9 @@ type Setup struct {
 	// can rebuild them from new host facts.
 	policyCfg netpolicy.Config
 	routesCfg routes.Config
+	// deps is what the NAT64 answer may depend on, as the host was when
+	// the setup was decided.
+	deps nat64Deps
 }
 
 // addrCandidates are the /24s the jail's own addresses come from, tried in
@@ -92,7 +99,7 @@ func Prepare(facts HostFacts, allow []netip.Prefix) (*Setup, error) {
 // sandbox directly: DNS to it would bypass the allowlist), and the
 // synthetic address pools are routed to tun0.
 func PrepareNames(facts HostFacts, allow []netip.Prefix, allowDomains, denyDomains []string) (*Setup, error) {
-	s := &Setup{}
+	s := &Setup{deps: facts.deps}
 	var names *netpolicy.Domains
 	if len(allowDomains) > 0 || len(denyDomains) > 0 {
 		if len(allowDomains) == 0 {
