@@ -98,3 +98,37 @@ func TestIPv6GateHeldUDPBounded(t *testing.T) {
 		waitUntilHeld(0)
 	}
 }
+
+// An echo whose gate stays shut past DialTimeout is refused, never
+// pinged, and recorded as the TCP and UDP flows in that case are (it
+// once went unrecorded).
+func TestIPv6GateShutEchoRecorded(t *testing.T) {
+	g := &gateProbe{ch: make(chan struct{})}
+	pinger := &fakePinger{up: map[netip.Addr]bool{}}
+	h := &harness{dialer: newFakeDialer(), blocks: &blocks{}, clock: &fakeClock{t: time.Now()}}
+	h.start(t, Config{
+		Policy:      netpolicy.MustNew(netpolicy.Config{}),
+		Dialer:      h.dialer,
+		Gateways:    []netip.Addr{gateway4},
+		Pinger:      pinger,
+		DialTimeout: 100 * time.Millisecond,
+		Now:         h.clock.now,
+		IPv6Ready:   g.ready,
+	})
+	dst := netip.MustParseAddr("2001:db8::7")
+	proto, b := echoBytes(jail6, dst)
+	inject(h.ep, proto, b)
+	var found bool
+	for i := 0; i < 400 && !found; i++ {
+		for _, b := range h.blocks.list() {
+			found = found || (b.Dst.Addr() == dst && b.Proto == netpolicy.ProtoICMP && strings.Contains(b.Rule, "not in time"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !found {
+		t.Fatalf("blocks %+v, want the echo refused for the shut gate recorded", h.blocks.list())
+	}
+	if c := pinger.called(); len(c) != 0 {
+		t.Fatalf("pinged %v with the gate shut", c)
+	}
+}
