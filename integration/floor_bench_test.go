@@ -2,6 +2,7 @@ package integration
 
 import (
 	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,13 +38,16 @@ func BenchmarkGoProcessFloor(b *testing.B) {
 	var cmds []*exec.Cmd
 	defer func() {
 		for _, c := range cmds {
-			_ = c.Process.Kill()
+			// The whole group: the waiter's child (a sleep) outlives a
+			// SIGKILL of the waiter alone, orphaned for 100000 s.
+			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
 			_ = c.Wait()
 		}
 	}()
 	start := func(argv []string) *exec.Cmd {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, killed whole
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}

@@ -95,6 +95,9 @@ func (st *Stack) echo(req echoRequest) (consumed bool) {
 		defer func() { <-st.pings }()
 		if gate != nil {
 			if !st.awaitIPv6(gate) {
+				if st.ctx.Err() == nil {
+					st.block(netpolicy.ProtoICMP, ap, "IPv6 destination held until the policy was ready, which it was not in time")
+				}
 				return // unanswered, as a lost echo
 			}
 			if v := st.check(netpolicy.ProtoICMP, ap); !v.Allowed {

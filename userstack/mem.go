@@ -128,7 +128,8 @@ func (f *tcpFlow) memWoken() {
 	} else if short {
 		f.waitMem(free)
 	}
-	if f.hostOpen() {
+	if f.hostOpen() && f.fd >= 0 {
+		// (A flow to a name still peeking has no host socket yet.)
 		f.readSome()
 	}
 }

@@ -9,9 +9,13 @@
 // stage then starts before the packages it does not need are initialised
 // and keeps one thread fewer for the sandbox's life (see
 // nsexec.InitEarly). Packages initialise in the order of their import
-// paths where their imports allow, and this one comes right after nsexec
-// (and the jail's child driver, which it links, so that the holder stage
-// can run from here as well).
+// paths where their imports allow: this one comes once nsexec and the
+// jail's child driver (which it links, so that the holder stage can run
+// from here as well) are initialised, and with them the driver's own
+// imports (net, the netlink package); a package that sorts before those
+// and is ready meanwhile (shadow, in the claude-sandbox binary) is
+// initialised first too. All of that is a few kB of allocations
+// (GODEBUG=inittrace=1), no thread.
 package stageinit
 
 import (
