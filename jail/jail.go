@@ -228,11 +228,11 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 }
 
 // ipv6Ready is the userstack's IPv6 gate: the NAT64 prefix discovery
-// (nat64.go), when the sandbox has IPv6 at all.
+// (nat64.go). Also when the sandbox has no IPv6 address of its own: an
+// allowed name may still be dialed at an IPv6 address on the host's side,
+// and the host may gain IPv6 while the sandbox runs. The gate asks
+// nothing until such a flow comes.
 func (j *Jail) ipv6Ready() func() <-chan struct{} {
-	if !j.setup.Addr6.IsValid() {
-		return nil
-	}
 	return j.n64.ready
 }
 

@@ -146,12 +146,13 @@ func (d *nat64Finder) ranSince(t time.Time) bool {
 func (d *nat64Finder) ready() <-chan struct{} {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.closed {
+		// Never opens: a flow still waiting when the jail closes ends
+		// with the stack (refused), never let go under an old policy.
+		return neverOpen
+	}
 	if d.done == nil {
 		d.done = make(chan struct{})
-		if d.closed {
-			close(d.done)
-			return d.done
-		}
 		d.runs++
 		d.running++
 		go d.run(d.done)
@@ -160,7 +161,6 @@ func (d *nat64Finder) ready() <-chan struct{} {
 }
 
 func (d *nat64Finder) run(done chan struct{}) {
-	defer close(done)
 	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
 	defer cancel()
 	prefixes, ok := d.lookup(ctx)
@@ -169,10 +169,19 @@ func (d *nat64Finder) run(done chan struct{}) {
 	d.running--
 	d.ended = time.Now()
 	d.mu.Unlock()
-	if ok && !closed {
+	if closed {
+		// The answer is not put in force: its waiters must not go on
+		// either. They end with the stack, which closes next.
+		return
+	}
+	if ok {
 		d.found(prefixes, latest)
 	}
+	close(done)
 }
+
+// neverOpen is the gate of a closed finder.
+var neverOpen = make(chan struct{})
 
 // reset drops the current discovery's result: the next ready starts a
 // new one. A discovery under way still ends and lets its waiters go.
@@ -182,7 +191,9 @@ func (d *nat64Finder) reset() {
 	d.mu.Unlock()
 }
 
-// close ends the discoveries: from now on ready answers at once.
+// close ends the discoveries: from now on the gate never opens (the
+// stack, closed next, refuses the flows still waiting), and a discovery
+// under way lets nobody go.
 func (d *nat64Finder) close() {
 	d.mu.Lock()
 	d.closed = true

@@ -216,8 +216,8 @@ func TestNAT64FinderReset(t *testing.T) {
 	}
 
 	p.d.close()
-	if ch := p.d.ready(); !isClosed(ch) || p.calls.Load() != 3 {
-		t.Error("a closed finder still asks")
+	if ch := p.d.ready(); isClosed(ch) || p.calls.Load() != 3 {
+		t.Error("a closed finder still asks, or lets a flow go (its answer is not in force)")
 	}
 }
 
@@ -375,5 +375,53 @@ func TestNAT64KeptUntilNetworkChanges(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A discovery under way when the jail closes lets none of its waiters go
+// (its answer is never put in force: they would leave under the policy
+// before it); the stack, closed next, refuses them.
+func TestNAT64FinderCloseHoldsWaiters(t *testing.T) {
+	p := newFinderProbe(5 * time.Second)
+	ch := p.d.ready()
+	ans := p.next(t)
+	p.d.close()
+	ans <- lookupAnswer{[]netip.Prefix{testPrefix}, true}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		p.d.mu.Lock()
+		running := p.d.running
+		p.d.mu.Unlock()
+		if running == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // the run's last steps, if it went on
+	if isClosed(ch) {
+		t.Fatal("a discovery that ended after close let its waiters go")
+	}
+	select {
+	case f := <-p.found:
+		t.Fatalf("an answer taken after close: %v", f)
+	default:
+	}
+}
+
+// The gate is there also when the host had no IPv6 at launch (the
+// sandbox gets no IPv6 address): an allowed name may still be dialed at
+// an IPv6 address on the host's side, after the host gains IPv6.
+func TestIPv6GateWithoutIPv6AtLaunch(t *testing.T) {
+	setup, err := Prepare(HostFacts{Connected: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if setup.Addr6.IsValid() {
+		t.Fatal("the test wants a host without IPv6")
+	}
+	j := New(setup, Options{})
+	defer j.n64.close()
+	if j.ipv6Ready() == nil {
+		t.Fatal("no IPv6 gate for a sandbox launched without IPv6")
 	}
 }
