@@ -597,7 +597,8 @@ func dedupAddrs(in []netip.Addr) []netip.Addr {
 }
 
 // udpTargets: the host-side destination of each synthetic address and
-// port a UDP mapping sends to, decided by udpAdmit (under names.mu).
+// port a UDP mapping sends to, decided by udpAdmit (under names.mu), and
+// checked against the policy again each time a new mapping uses it.
 type udpTarget struct {
 	target  netip.AddrPort
 	expires time.Time
@@ -632,8 +633,18 @@ func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool, gate <-chan s
 	if refused || nf == nil {
 		return false, true, nil
 	}
-	if _, ok := n.udpTarget(dst); ok {
-		return true, false, nil
+	if t, ok := n.udpTarget(dst); ok {
+		// Cached for new mappings, but decided again: a live policy
+		// update may have blocked the address since (or the IPv6 gate
+		// closed again after a network change). Otherwise the entry is
+		// dropped and the name decided afresh below, which records the
+		// refusal by name.
+		if n.st.policyCheck(netpolicy.ProtoUDP, t).Allowed && n.st.ipv6Gate(t.Addr()) == nil {
+			return true, false, nil
+		}
+		n.mu.Lock()
+		delete(n.udp, dst)
+		n.mu.Unlock()
 	}
 	now := n.st.cfg.Now()
 	fresh := func(t dnsmessage.Type) bool {

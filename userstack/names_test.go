@@ -807,3 +807,55 @@ func TestNamesPeekTimeoutPartial(t *testing.T) {
 		t.Fatalf("blocks %+v", bl)
 	}
 }
+
+// A name's UDP destination, once admitted, is cached for new mappings (at
+// least 30 s); a live policy update that blocks its real address (the
+// host moved onto a network routing it: a connected subnet now) reaches
+// a new mapping at once, not when the cache entry expires.
+func TestNamesUDPCachedTargetRechecked(t *testing.T) {
+	h := newNamesHarness(t, map[string][]uint16{"api.test": nil}, NameConfig{})
+	h.zone.addA("api.test", "203.0.113.10")
+	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	dst := netip.AddrPortFrom(api, 9000)
+	src := netip.AddrPortFrom(jail4, 45100)
+	var d dial
+	for i := 0; ; i++ { // the first datagram may be dropped while the name resolves
+		h.send(udpBytes(src, dst, []byte("ping")))
+		select {
+		case d = <-h.zone.dials:
+		case <-time.After(50 * time.Millisecond):
+			if i < 200 {
+				continue
+			}
+			t.Fatal("no udp dial")
+		}
+		break
+	}
+	defer d.peer.Close()
+	h.st.SetPolicy(netpolicy.MustNew(netpolicy.Config{
+		Allow:            []netip.Prefix{netip.MustParsePrefix("192.168.1.50/32")},
+		ConnectedSubnets: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")},
+	}))
+	// Another socket of the sandbox, the same name and port.
+	h.send(udpBytes(netip.AddrPortFrom(jail4, 45101), dst, []byte("again")))
+	deadline := time.After(5 * time.Second)
+	for refused := false; !refused; {
+		select {
+		case d2 := <-h.zone.dials:
+			d2.peer.Close()
+			t.Fatalf("dialed %s %s after the policy blocked it", d2.network, d2.address)
+		case <-deadline:
+			t.Fatal("no answer to the datagram")
+		default:
+		}
+		o := readOut(t, h.ep)
+		refused = o.proto == header.ICMPv4ProtocolNumber && header.ICMPv4(o.transport).Type() == header.ICMPv4DstUnreachable
+	}
+	var rules []string
+	for _, b := range h.blocks.list() {
+		rules = append(rules, b.Name+"|"+b.Rule)
+	}
+	if len(rules) == 0 || !strings.HasPrefix(rules[len(rules)-1], "api.test|") {
+		t.Fatalf("blocks %q: want the refusal recorded by name", rules)
+	}
+}
