@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -148,6 +149,9 @@ func (d *Dir) Create(name string, data []byte, mode uint32, uid, gid int) error 
 	return d.WriteAtomic(name, bytes.NewReader(data), mode, uid, gid, false)
 }
 
+// tmpSeq numbers WriteAtomic's temporary files within the process.
+var tmpSeq atomic.Uint64
+
 // WriteAtomic is the installer's one file writer: it writes what r holds
 // to a fresh temporary name in d (O_CREAT|O_EXCL|O_NOFOLLOW, so nothing
 // planted there is opened), sets mode and, when uid >= 0, the owner on
@@ -158,7 +162,9 @@ func (d *Dir) Create(name string, data []byte, mode uint32, uid, gid int) error 
 // is untouched). A failure leaves no temporary file.
 func (d *Dir) WriteAtomic(name string, r io.Reader, mode uint32, uid, gid int, replace bool) error {
 	path := filepath.Join(d.path, name)
-	tmp := fmt.Sprintf(".%s.new-%d", name, os.Getpid())
+	// Unique within the process too: two writers of one name must not
+	// share (and unlink) each other's temporary file.
+	tmp := fmt.Sprintf(".%s.new-%d-%d", name, os.Getpid(), tmpSeq.Add(1))
 	_ = unix.Unlinkat(d.fd, tmp, 0) // a stale one from a killed run of ours
 	fd, err := unix.Openat(d.fd, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
 )
@@ -96,7 +97,7 @@ func TestWriteAtomicFollowsNoLink(t *testing.T) {
 		t.Errorf("Create over a link: %v, want fs.ErrExist", err)
 	}
 	// The temporary name planted as a link.
-	must(t, os.Symlink(victim, filepath.Join(dir, ".other.new-"+strconv.Itoa(os.Getpid()))))
+	must(t, os.Symlink(victim, filepath.Join(dir, ".other.new-"+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(tmpSeq.Load()+1, 10))))
 	must(t, d.Create("other", []byte("mine"), 0o644, -1, -1))
 	must(t, d.WriteAtomic("name", strings.NewReader("replaced"), 0o644, -1, -1, true))
 	if fi, err := os.Lstat(filepath.Join(dir, "name")); err != nil || !fi.Mode().IsRegular() {
@@ -152,6 +153,37 @@ func TestWriteFile(t *testing.T) {
 	}
 	if err := WriteFile(filepath.Join(dir, "missing", "f"), strings.NewReader("x"), 0o644); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a missing directory: %v, want fs.ErrNotExist", err)
+	}
+}
+
+// Writers of one name in one process do not share a temporary file: each
+// write lands whole, and none is left behind.
+func TestWriteFileConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- WriteFile(path, strings.NewReader(strings.Repeat(strconv.Itoa(i%10), 4096)), 0o644)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	must(t, err)
+	if len(b) != 4096 || strings.Count(string(b), string(b[:1])) != 4096 {
+		t.Errorf("the file is not one writer's whole content (%d bytes)", len(b))
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("left behind: %v", ents)
 	}
 }
 
