@@ -25,9 +25,10 @@ type Early struct {
 // plan's network mode and ids and the options' stdio, TTY mode and stage
 // binary are the ones given here, and otherwise stops it and starts a
 // new one. A caller that does not start the sandbox after all calls
-// [Early.Abort].
+// [Early.Abort]. In a stage whose main did not call Init it starts
+// nothing (Start reports that).
 func Prestart(net plan.Net, uid, gid int, o Options) *Early {
-	if net != plan.NetNone && net != plan.NetHost {
+	if net != plan.NetNone && net != plan.NetHost || isStageWithoutInit() {
 		return nil
 	}
 	o.withDefaults()
