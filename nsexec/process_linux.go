@@ -115,8 +115,9 @@ func start(ctx context.Context, p *plan.Plan, o Options, early *Early) (*Process
 		signal.Notify(sigs, forwardedSignals...)
 	}
 	// init started ahead of the plan, if it suits it; else a new one.
-	l, spawned := early.take(p, o)
-	if l == nil {
+	l := early.take(p, o)
+	spawned := l != nil
+	if !spawned {
 		l = &launch{p: p, o: o, initFD: -1}
 	}
 	stopCancel := context.AfterFunc(ctx, func() { l.kill(ctx.Err()) })
