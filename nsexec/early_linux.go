@@ -25,9 +25,10 @@ type Early struct {
 // plan's network mode and ids and the options' stdio, TTY mode and stage
 // binary are the ones given here, and otherwise stops it and starts a
 // new one. A caller that does not start the sandbox after all calls
-// [Early.Abort].
+// [Early.Abort]. In a stage whose main did not call Init it starts
+// nothing (Start reports that).
 func Prestart(net plan.Net, uid, gid int, o Options) *Early {
-	if net != plan.NetNone && net != plan.NetHost {
+	if net != plan.NetNone && net != plan.NetHost || isStageWithoutInit() {
 		return nil
 	}
 	o.withDefaults()
@@ -56,27 +57,27 @@ func (e *Early) spawn() {
 	e.l = l
 }
 
-// take returns the early launch for p and o (normalised by Start), with
-// spawned true, or nil after stopping init when it does not suit them.
-func (e *Early) take(p *plan.Plan, o Options) (*launch, bool) {
+// take returns the early launch for p and o (normalised by Start), init
+// started, or nil (after stopping init when it does not suit them).
+func (e *Early) take(p *plan.Plan, o Options) *launch {
 	if e == nil {
-		return nil, false
+		return nil
 	}
 	<-e.done
 	if e.taken || e.l == nil {
-		return nil, false
+		return nil
 	}
 	eo := e.l.o
 	if p.Net != e.net || p.UID != e.uid || p.GID != e.gid ||
 		o.Stdin != eo.Stdin || o.Stdout != eo.Stdout || o.Stderr != eo.Stderr ||
 		o.TTY != eo.TTY || o.StageExe != eo.StageExe {
 		e.Abort()
-		return nil, false
+		return nil
 	}
 	e.taken = true
 	l := e.l
 	l.p, l.o = p, o
-	return l, true
+	return l
 }
 
 // Abort stops init, if it was started and not taken by [Start]; safe to

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+
+	"github.com/claude-sandbox/claude-sandbox/plan"
 )
 
 type lateChild struct{}
@@ -38,5 +40,18 @@ func TestHolderDriverReady(t *testing.T) {
 	// A start that does not decode is dispatched at once, to be reported.
 	if !holderDriverReady(envelope{Kind: msgStartHolder, Body: json.RawMessage(`"not an object"`)}) {
 		t.Fatal("an undecodable start was held for main instead of reported")
+	}
+}
+
+// A stage whose main did not call Init must not prestart init either:
+// that init would be one more re-execution of the same main, which would
+// prestart another, and so on until Start refused.
+func TestPrestartRefusedInStageWithoutInit(t *testing.T) {
+	defer func(a0 string) { os.Args[0] = a0 }(os.Args[0])
+	os.Args[0] = stageMarker
+	e := Prestart(plan.NetNone, os.Getuid(), os.Getgid(), Options{Stdin: devNull(t), Stdout: devNull(t), Stderr: devNull(t)})
+	if e != nil {
+		e.Abort()
+		t.Fatal("Prestart started init from a stage whose main did not call Init")
 	}
 }

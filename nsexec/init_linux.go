@@ -491,12 +491,19 @@ const startSample = `{"kind":"start-init","body":{"plan":{"argv":["a"],"env":["a
 // start, into values thrown away: the decoders it builds make the real
 // start's decoding a parse only. Nothing of it is used.
 func warmStartDecoders() {
+	_, _ = decodeStartSample()
+}
+
+// decodeStartSample decodes startSample as a channel decodes a start.
+func decodeStartSample() (startInit, error) {
+	var s startInit
 	c := newChannel(struct {
 		io.Reader
 		io.Writer
 	}{strings.NewReader(startSample), io.Discard}, "sample")
-	if e, err := c.recv(); err == nil {
-		var s startInit
-		_ = c.decode(e, &s)
+	e, err := c.recv()
+	if err == nil {
+		err = c.decode(e, &s)
 	}
+	return s, err
 }

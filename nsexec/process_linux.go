@@ -85,11 +85,15 @@ func (o *Options) withDefaults() {
 	}
 }
 
+// isStageWithoutInit says whether this process was re-executed to run a
+// stage but its main did not call Init: starting a sandbox (or its init,
+// Prestart) from here would re-execute it again, and again.
+func isStageWithoutInit() bool {
+	return len(os.Args) > 0 && os.Args[0] == stageMarker
+}
+
 func start(ctx context.Context, p *plan.Plan, o Options, early *Early) (*Process, error) {
-	if len(os.Args) > 0 && os.Args[0] == stageMarker {
-		// This process was re-executed to run a stage but its main did
-		// not call Init: starting a sandbox from here would re-execute
-		// it again, and again.
+	if isStageWithoutInit() {
 		return nil, &StartError{ExitSetup, errors.New("this process was started as a sandbox stage, but main did not call sandbox.Init() (or nsexec.Init()) first: add it as the first statement of main")}
 	}
 	o.withDefaults()
@@ -111,8 +115,9 @@ func start(ctx context.Context, p *plan.Plan, o Options, early *Early) (*Process
 		signal.Notify(sigs, forwardedSignals...)
 	}
 	// init started ahead of the plan, if it suits it; else a new one.
-	l, spawned := early.take(p, o)
-	if l == nil {
+	l := early.take(p, o)
+	spawned := l != nil
+	if !spawned {
 		l = &launch{p: p, o: o, initFD: -1}
 	}
 	stopCancel := context.AfterFunc(ctx, func() { l.kill(ctx.Err()) })

@@ -1,24 +1,12 @@
 package nsexec
 
-import (
-	"io"
-	"strings"
-	"testing"
-)
+import "testing"
 
 // The sample decodes without error: otherwise the decoders of the fields
 // after the error would not be built.
 func TestStartSampleDecodes(t *testing.T) {
-	c := newChannel(struct {
-		io.Reader
-		io.Writer
-	}{strings.NewReader(startSample), io.Discard}, "sample")
-	e, err := c.recv()
+	s, err := decodeStartSample()
 	if err != nil {
-		t.Fatal(err)
-	}
-	var s startInit
-	if err := c.decode(e, &s); err != nil {
 		t.Fatal(err)
 	}
 	if s.Plan == nil || len(s.Plan.Mounts) != 1 || s.Termios == nil || s.Winsize == nil || s.Plan.Egress == nil {

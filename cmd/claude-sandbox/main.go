@@ -291,14 +291,11 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	// that, or the main thread locked until then, cost the launcher 0.6
 	// threads on average for the sandbox's life; issue 19).
 	nopts.ThreadsNeverEnd = true
-	start := func() (*nsexec.Process, error) { return nsexec.Start(context.Background(), p, nopts) }
 	var code int
 	if sw != nil {
-		code, err = runWithStatus(sw, setup, start)
-	} else if pr, serr := start(); serr != nil {
-		code, err = nsexec.StartErrorCode(serr), serr
+		code, err = runWithStatus(sw, setup, func() (*nsexec.Process, error) { return nsexec.Start(context.Background(), p, nopts) })
 	} else {
-		code, err = pr.Wait()
+		code, err = nsexec.Run(p, nopts)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "claude-sandbox:", err)
