@@ -25,7 +25,10 @@ func DiscoverHost(resolvConf string) (HostFacts, error) {
 	if err != nil {
 		return f, err
 	}
-	if rf, err := os.Open(resolvConf); err == nil {
+	if resolvConf == nat64ResolvConf && f.deps.known {
+		// Read already, as what the NAT64 answer may depend on.
+		f.ResolvConf = f.deps.resolv
+	} else if rf, err := os.Open(resolvConf); err == nil {
 		f.ResolvConf, _ = ReadResolvConf(rf)
 		rf.Close()
 	}

@@ -2,9 +2,9 @@ package jail
 
 import (
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 )
@@ -22,17 +22,7 @@ func TestNAT64DepsRead(t *testing.T) {
 		if _, err := exec.LookPath("ip"); err != nil {
 			t.Skip("iproute2 is needed")
 		}
-		cmd, err := testutil.ReexecInOwnNetns("-test.run=^"+name+"$", "-test.v", "-test.count=1", "-test.timeout=60s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The child dies with this thread (Pdeathsig): keep it.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS: "+name) {
-			t.Fatalf("in its own network namespace: %v\n%s", err, out)
-		}
+		testutil.RunTestInOwnNetns(t, name, 60*time.Second)
 		return
 	}
 	if !isolated {

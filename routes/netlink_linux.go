@@ -146,15 +146,7 @@ func (n *Netlink) Exec(op Op) error {
 		}
 		return n.h.AddrAdd(l, netlinkAddr(op.Prefix))
 	default:
-		idx := 0
-		if op.isRoute() {
-			l, err := n.link(op.Link)
-			if err != nil {
-				return err
-			}
-			idx = l.Attrs().Index
-		}
-		r, err := netlinkRoute(op, idx)
+		r, err := n.routeOf(op)
 		if err != nil {
 			return err
 		}

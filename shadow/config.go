@@ -149,68 +149,16 @@ var configKeys = []configKey{
 	{"no-forge", func(c *Config, v configValue) error { return setBool(&c.NoForge, v) }},
 	{"writable-git-hooks", func(c *Config, v configValue) error { return setBool(&c.WritableGitHooks, v) }},
 	{"egress-jail", func(c *Config, v configValue) error { return setBool(&c.EgressJail, v) }},
-	{"allow-write", func(c *Config, v configValue) error {
-		var p string
-		if err := setPath(&p, v); err != nil {
-			return err
-		}
-		c.AllowWrite = append(c.AllowWrite, p)
-		return nil
-	}},
-	{"allow-ip", func(c *Config, v configValue) error {
-		if err := v.need(); err != nil {
-			return err
-		}
-		pfx, err := netpolicy.ParseAllow(v.s)
-		if err != nil {
-			return err
-		}
-		c.AllowIP = append(c.AllowIP, pfx)
-		return nil
-	}},
+	{"allow-write", func(c *Config, v configValue) error { return addParsed(&c.AllowWrite, v, absPath) }},
+	{"allow-ip", func(c *Config, v configValue) error { return addParsed(&c.AllowIP, v, netpolicy.ParseAllow) }},
 	{"allow-domain", func(c *Config, v configValue) error { return addDomain(&c.AllowDomain, v) }},
 	{"deny-domain", func(c *Config, v configValue) error { return addDomain(&c.DenyDomain, v) }},
 	{"allow-host-port", func(c *Config, v configValue) error {
-		if err := v.need(); err != nil {
-			return err
-		}
-		h, err := netpolicy.ParseHostPort(v.s)
-		if err != nil {
-			return err
-		}
-		c.AllowHostPort = append(c.AllowHostPort, h)
-		return nil
+		return addParsed(&c.AllowHostPort, v, netpolicy.ParseHostPort)
 	}},
-	{"publish", func(c *Config, v configValue) error {
-		if err := v.need(); err != nil {
-			return err
-		}
-		pb, err := netpolicy.ParsePublish(v.s)
-		if err != nil {
-			return err
-		}
-		c.Publish = append(c.Publish, pb)
-		return nil
-	}},
-	{"allow-device", func(c *Config, v configValue) error {
-		if err := v.need(); err != nil {
-			return err
-		}
-		p, err := devicePattern(v.s)
-		if err != nil {
-			return err
-		}
-		c.AllowDevice = append(c.AllowDevice, p)
-		return nil
-	}},
-	{"allow-socket", func(c *Config, v configValue) error {
-		var p string
-		if err := setPath(&p, v); err != nil {
-			return err
-		}
-		c.AllowSocket = append(c.AllowSocket, p)
-		return nil
-	}},
+	{"publish", func(c *Config, v configValue) error { return addParsed(&c.Publish, v, netpolicy.ParsePublish) }},
+	{"allow-device", func(c *Config, v configValue) error { return addParsed(&c.AllowDevice, v, devicePattern) }},
+	{"allow-socket", func(c *Config, v configValue) error { return addParsed(&c.AllowSocket, v, absPath) }},
 	{"pass-env", func(c *Config, v configValue) error {
 		if err := v.need(); err != nil {
 			return err
@@ -297,6 +245,20 @@ func setPath(dst *string, v configValue) error {
 		return err
 	}
 	*dst = p
+	return nil
+}
+
+// addParsed appends to *dst the entry parse makes of a value that must
+// be given.
+func addParsed[T any](dst *[]T, v configValue, parse func(string) (T, error)) error {
+	if err := v.need(); err != nil {
+		return err
+	}
+	e, err := parse(v.s)
+	if err != nil {
+		return err
+	}
+	*dst = append(*dst, e)
 	return nil
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -123,17 +121,7 @@ func inOwnNetnsChild(t *testing.T, name string) bool {
 	rerun, isolated := testutil.RerunInOwnNetns()
 	if !rerun {
 		testutil.NeedsRoot(t)
-		cmd, err := testutil.ReexecInOwnNetns("-test.run=^"+name+"$", "-test.v", "-test.count=1", "-test.timeout=120s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The child dies with this thread (Pdeathsig): keep it.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS: "+name) {
-			t.Fatalf("in its own network namespace: %v\n%s", err, out)
-		}
+		testutil.RunTestInOwnNetns(t, name, 120*time.Second)
 		return false
 	}
 	if !isolated {

@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"strings"
 	"sync"
 	"syscall"
+	"testing"
+	"time"
 )
 
 // A test binary re-executes itself in a network namespace of its own when
@@ -32,6 +36,25 @@ func ReexecInOwnNetns(args ...string) (*exec.Cmd, error) {
 	cmd.Env = append(os.Environ(), ownNetnsEnv+"="+self)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
 	return cmd, nil
+}
+
+// RunTestInOwnNetns is the parent's side of a test that runs its body in
+// a network namespace of its own: it runs the test named name again
+// (ReexecInOwnNetns, bounded by timeout) and fails t unless the re-run
+// passed. The test's re-run (RerunInOwnNetns) runs the body.
+func RunTestInOwnNetns(t testing.TB, name string, timeout time.Duration) {
+	t.Helper()
+	cmd, err := ReexecInOwnNetns("-test.run=^"+name+"$", "-test.v", "-test.count=1", "-test.timeout="+timeout.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The child dies with this thread (Pdeathsig): keep it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+name) {
+		t.Fatalf("in its own network namespace: %v\n%s", err, out)
+	}
 }
 
 // RerunInOwnNetns reports whether this process is a re-run that
