@@ -94,8 +94,7 @@ func RefuseLoopback(pfx netip.Prefix) error {
 	case nat64Prefix.Contains(pfx.Addr()):
 		// A NAT64 form (longer than the prefix): refused as the IPv4
 		// range it embeds (its last 32 bits) would be, saying so.
-		a := pfx.Addr().As16()
-		v4 := netip.PrefixFrom(netip.AddrFrom4([4]byte(a[12:])), pfx.Bits()-nat64Prefix.Bits())
+		v4 := netip.PrefixFrom(HostSideAddr(pfx.Addr()), pfx.Bits()-nat64Prefix.Bits())
 		if err := RefuseLoopback(v4); err != nil {
 			shown := v4.String()
 			if v4.IsSingleIP() {
@@ -105,4 +104,18 @@ func RefuseLoopback(pfx netip.Prefix) error {
 		}
 	}
 	return nil
+}
+
+// HostSideAddr is the IPv4 address an IPv4-mapped (::ffff:a.b.c.d) or
+// well-known NAT64 (64:ff9b::a.b.c.d, RFC 6052) form stands for, else a
+// itself: a translator on the host's path takes the NAT64 form to that
+// address. RefuseLoopback refuses an allow entry by it; the relay
+// (package userstack) refuses a destination by it at connect time.
+func HostSideAddr(a netip.Addr) netip.Addr {
+	a = a.Unmap()
+	if nat64Prefix.Contains(a) {
+		b := a.As16()
+		return netip.AddrFrom4([4]byte(b[12:]))
+	}
+	return a
 }

@@ -311,25 +311,10 @@ func canonName(s string) string { return strings.ToLower(strings.TrimSuffix(s, "
 // allowed host port (hostport.go), never by address or by name.
 func (st *Stack) policyCheck(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verdict {
 	v := st.cfg.Policy.Check(proto, dst)
-	if a := hostSideAddr(dst.Addr()); v.Allowed && (a.IsLoopback() || a.IsUnspecified()) {
+	if a := netpolicy.HostSideAddr(dst.Addr()); v.Allowed && (a.IsLoopback() || a.IsUnspecified()) {
 		return netpolicy.Verdict{Rule: "host loopback: only --allow-host-port ports at the gateway address reach it"}
 	}
 	return v
-}
-
-// wellKnownNAT64 is RFC 6052's well-known NAT64 prefix.
-var wellKnownNAT64 = netip.MustParsePrefix("64:ff9b::/96")
-
-// hostSideAddr is the IPv4 address a mapped (::ffff:a.b.c.d) or
-// well-known NAT64 (64:ff9b::a.b.c.d) form stands for, else a itself: a
-// translator on the host's path takes the NAT64 form to that address.
-func hostSideAddr(a netip.Addr) netip.Addr {
-	a = a.Unmap()
-	if wellKnownNAT64.Contains(a) {
-		b := a.As16()
-		return netip.AddrFrom4([4]byte(b[12:]))
-	}
-	return a
 }
 
 // check is the policy's verdict on an address (not a name): with the
