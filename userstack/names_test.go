@@ -212,10 +212,17 @@ func newNamesHarness(t *testing.T, rules map[string][]uint16, nc NameConfig) *na
 // newNamesHarnessAllow is newNamesHarness with the policy's allow entries.
 func newNamesHarnessAllow(t *testing.T, rules map[string][]uint16, nc NameConfig, allow ...netip.Prefix) *namesHarness {
 	t.Helper()
+	return newNamesHarnessWith(t, rules, nc, nil, allow...)
+}
+
+// newNamesHarnessWith is newNamesHarnessAllow with edit, if set, changing
+// the stack's Config before it starts.
+func newNamesHarnessWith(t *testing.T, rules map[string][]uint16, nc NameConfig, edit func(*Config), allow ...netip.Prefix) *namesHarness {
+	t.Helper()
 	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	z := newZoneDialer()
 	nc.Rules = fakeRules{allow: rules}
-	h.start(t, Config{
+	cfg := Config{
 		Policy:         netpolicy.MustNew(netpolicy.Config{Allow: allow}),
 		Dialer:         z,
 		Gateways:       []netip.Addr{gateway4},
@@ -224,7 +231,11 @@ func newNamesHarnessAllow(t *testing.T, rules map[string][]uint16, nc NameConfig
 		UDPIdleTimeout: time.Minute,
 		Now:            h.clock.now,
 		Names:          &nc,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	h.start(t, cfg)
 	return &namesHarness{harness: h, zone: z}
 }
 
