@@ -104,10 +104,10 @@ type names struct {
 	// lookups are the upstream lookups under way, one per name and type:
 	// whoever needs the same answer meanwhile waits for it.
 	lookups map[cacheKey]*lookupCall
-	dnsTCP  int // TCP connections to the resolver being served
 
-	dnsSlots chan struct{} // queries being answered at once
-	bgSlots  chan struct{} // background lookups under way (prefetch, udpAdmit)
+	dnsSlots    chan struct{} // queries being answered at once
+	dnsTCPSlots chan struct{} // TCP connections to the resolver being served
+	bgSlots     chan struct{} // background lookups under way (prefetch, udpAdmit)
 }
 
 // lookupCall is one lookup upstream under way; done is closed once its
@@ -168,13 +168,14 @@ func newNames(st *Stack, cfg NameConfig) (*names, error) {
 	}
 	return &names{
 		st: st, rules: cfg.Rules, cfg: cfg,
-		byName:   map[string]*nameEntry{},
-		byAddr:   map[netip.Addr]*nameEntry{},
-		cache:    map[cacheKey]cacheEntry{},
-		udp:      map[netip.AddrPort]udpTarget{},
-		lookups:  map[cacheKey]*lookupCall{},
-		dnsSlots: make(chan struct{}, maxDNSInFlight),
-		bgSlots:  make(chan struct{}, maxBackgroundLookups),
+		byName:      map[string]*nameEntry{},
+		byAddr:      map[netip.Addr]*nameEntry{},
+		cache:       map[cacheKey]cacheEntry{},
+		udp:         map[netip.AddrPort]udpTarget{},
+		lookups:     map[cacheKey]*lookupCall{},
+		dnsSlots:    make(chan struct{}, maxDNSInFlight),
+		dnsTCPSlots: make(chan struct{}, maxDNSTCPConns),
+		bgSlots:     make(chan struct{}, maxBackgroundLookups),
 	}, nil
 }
 
