@@ -526,16 +526,19 @@ func (n *names) lookupUpstream(ctx context.Context, key cacheKey, now time.Time)
 // background looks name's records of types up on a worker, for a cache
 // no query waits on (prefetch, udpAdmit): not when each is fresh or
 // already being looked up, and not when maxBackgroundLookups are under
-// way (the trigger, a datagram or a query, comes again).
-func (n *names) background(name string, types ...dnsmessage.Type) {
+// way (the trigger, a datagram or a query, comes again). fresh: every
+// one of types was fresh in the cache, nothing was started.
+func (n *names) background(name string, types ...dnsmessage.Type) (fresh bool) {
 	now := n.st.cfg.Now()
 	var want []dnsmessage.Type
+	fresh = true
 	n.mu.Lock()
 	for _, t := range types {
 		key := cacheKey{name, t}
 		if e, ok := n.cache[key]; ok && now.Before(e.expires) {
 			continue
 		}
+		fresh = false
 		if n.lookups[key] != nil {
 			continue
 		}
@@ -543,12 +546,12 @@ func (n *names) background(name string, types ...dnsmessage.Type) {
 	}
 	n.mu.Unlock()
 	if len(want) == 0 {
-		return
+		return fresh
 	}
 	select {
 	case n.bgSlots <- struct{}{}:
 	default:
-		return
+		return false
 	}
 	st := n.st
 	if !st.goFlow(func() {
@@ -560,6 +563,7 @@ func (n *names) background(name string, types ...dnsmessage.Type) {
 	}) {
 		<-n.bgSlots
 	}
+	return false
 }
 
 // NameOf returns the name a synthetic address stands for, for tests and
@@ -633,17 +637,10 @@ func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool, gate <-chan s
 		n.mu.Unlock()
 	}
 	now := n.st.cfg.Now()
-	fresh := func(t dnsmessage.Type) bool {
-		e, ok := n.cache[cacheKey{nf.name, t}]
-		return ok && now.Before(e.expires)
-	}
-	n.mu.Lock()
-	cached := fresh(dnsmessage.TypeA) && fresh(dnsmessage.TypeAAAA)
-	n.mu.Unlock()
-	if !cached {
-		// Every datagram of a flood comes here until the lookups end:
+	if !n.background(nf.name, dnsmessage.TypeA, dnsmessage.TypeAAAA) {
+		// Not both fresh in the cache: looked up on a worker. Every
+		// datagram of a flood comes here until the lookups end:
 		// background starts none while one for the name is under way.
-		n.background(nf.name, dnsmessage.TypeA, dnsmessage.TypeAAAA)
 		return false, false, nil
 	}
 	// Fresh in the cache: resolveTarget takes it from there.
