@@ -208,28 +208,20 @@ func (n *names) synthetic(name string, v6 bool) (netip.Addr, error) {
 		}
 		e = &nameEntry{name: name}
 	}
+	addr, alloc := &e.v4, n.alloc4
 	if v6 {
-		if !e.v6.IsValid() {
-			a, err := n.alloc6()
-			if err != nil {
-				return a, err
-			}
-			e.v6 = a
-			n.byAddr[a] = e
-		}
-		n.byName[name] = e
-		return e.v6, nil
+		addr, alloc = &e.v6, n.alloc6
 	}
-	if !e.v4.IsValid() {
-		a, err := n.alloc4()
+	if !addr.IsValid() {
+		a, err := alloc()
 		if err != nil {
 			return a, err // no entry left behind for a name with no address
 		}
-		e.v4 = a
+		*addr = a
 		n.byAddr[a] = e
+		n.byName[name] = e
 	}
-	n.byName[name] = e
-	return e.v4, nil
+	return *addr, nil
 }
 
 // errTooManyNames: maxNames names have a synthetic address already.
