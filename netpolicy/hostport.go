@@ -75,10 +75,7 @@ var (
 // here.
 func RefuseLoopback(pfx netip.Prefix) error {
 	pfx = unmapPrefix(pfx)
-	name := pfx.String()
-	if pfx.IsSingleIP() {
-		name = pfx.Addr().String()
-	}
+	name := prefixName(pfx)
 	const use = "to reach a service on the host's loopback, use --allow-host-port PORT (config allow-host-port) and connect to host.internal:PORT"
 	switch {
 	case pfx.Overlaps(loopback4) || pfx.Overlaps(loopback6):
@@ -94,15 +91,33 @@ func RefuseLoopback(pfx netip.Prefix) error {
 	case nat64Prefix.Contains(pfx.Addr()):
 		// A NAT64 form (longer than the prefix): refused as the IPv4
 		// range it embeds (its last 32 bits) would be, saying so.
-		a := pfx.Addr().As16()
-		v4 := netip.PrefixFrom(netip.AddrFrom4([4]byte(a[12:])), pfx.Bits()-nat64Prefix.Bits())
+		v4 := netip.PrefixFrom(HostSideAddr(pfx.Addr()), pfx.Bits()-nat64Prefix.Bits())
 		if err := RefuseLoopback(v4); err != nil {
-			shown := v4.String()
-			if v4.IsSingleIP() {
-				shown = v4.Addr().String()
-			}
-			return fmt.Errorf("%s is %s in its NAT64 form (%s): %w", name, shown, nat64Prefix, err)
+			return fmt.Errorf("%s is %s in its NAT64 form (%s): %w", name, prefixName(v4), nat64Prefix, err)
 		}
 	}
 	return nil
+}
+
+// prefixName is p as written in messages: a single address without its
+// length.
+func prefixName(p netip.Prefix) string {
+	if p.IsSingleIP() {
+		return p.Addr().String()
+	}
+	return p.String()
+}
+
+// HostSideAddr is the IPv4 address an IPv4-mapped (::ffff:a.b.c.d) or
+// well-known NAT64 (64:ff9b::a.b.c.d, RFC 6052) form stands for, else a
+// itself: a translator on the host's path takes the NAT64 form to that
+// address. RefuseLoopback refuses an allow entry by it; the relay
+// (package userstack) refuses a destination by it at connect time.
+func HostSideAddr(a netip.Addr) netip.Addr {
+	a = a.Unmap()
+	if nat64Prefix.Contains(a) {
+		b := a.As16()
+		return netip.AddrFrom4([4]byte(b[12:]))
+	}
+	return a
 }

@@ -156,3 +156,20 @@ func TestRefuseLoopbackNotInNew(t *testing.T) {
 		}
 	}
 }
+
+func TestHostSideAddr(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1":         "127.0.0.1",
+		"::ffff:127.0.0.1":  "127.0.0.1",
+		"64:ff9b::7f00:1":   "127.0.0.1",
+		"64:ff9b::":         "0.0.0.0",
+		"64:ff9b::1.2.3.4":  "1.2.3.4",
+		"64:ff9b:1::7f00:1": "64:ff9b:1::7f00:1", // local-use prefix: not unwrapped
+		"::1":               "::1",
+		"2001:db8::7f00:1":  "2001:db8::7f00:1",
+	} {
+		if got := HostSideAddr(netip.MustParseAddr(in)); got != netip.MustParseAddr(want) {
+			t.Errorf("HostSideAddr(%s) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -83,15 +83,9 @@ func newBlockQueue() *blockQueue {
 	return &blockQueue{ready: make(chan struct{}, 1), tokens: blockBurst, evictTokens: evictBurst}
 }
 
-// take reports whether a record at now may be queued (a token was
-// available), refilling the bucket first. A clock that goes backwards
-// refills nothing. q.mu is held.
-func (q *blockQueue) take(now time.Time) bool {
-	return takeToken(&q.tokens, &q.last, blockBurst, now)
-}
-
-// takeToken takes a token of a bucket of burst tokens refilled at
-// BlockRecordRate a second, refilling it first (take).
+// takeToken reports whether a record at now may be queued: it takes a
+// token of a bucket of burst tokens refilled at BlockRecordRate a second,
+// refilling it first. A clock that goes backwards refills nothing.
 func takeToken(tokens *float64, last *time.Time, burst float64, now time.Time) bool {
 	if !last.IsZero() && now.After(*last) {
 		*tokens = min(burst, *tokens+now.Sub(*last).Seconds()*BlockRecordRate)
@@ -136,7 +130,7 @@ func (q *blockQueue) queue(b netpolicy.Block, evict bool) {
 	if evict {
 		ok = q.evictQueued < evictBurst && takeToken(&q.evictTokens, &q.evictLast, evictBurst, b.Time)
 	} else {
-		ok = len(q.items)-q.head-q.evictQueued < blockQueueLen && q.take(b.Time)
+		ok = len(q.items)-q.head-q.evictQueued < blockQueueLen && takeToken(&q.tokens, &q.last, blockBurst, b.Time)
 	}
 	if ok {
 		q.push(blockItem{b: b, evict: evict})

@@ -220,22 +220,7 @@ func TestNamesDeferredDialsCappedOwnSocket(t *testing.T) {
 	if !inOwnNetnsChild(t, "TestNamesDeferredDialsCappedOwnSocket") {
 		return
 	}
-	z := newZoneDialer()
-	z.addA("void.test", nsVoid.String())
-	serveZoneUDP(t, z)
-	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
-	h.start(t, Config{
-		Policy:         netpolicy.MustNew(netpolicy.Config{}),
-		Gateways:       []netip.Addr{gateway4},
-		VirtualDNS:     []netip.Addr{dns4},
-		Upstreams:      []netip.AddrPort{netip.AddrPortFrom(nsServer, 53)},
-		UDPIdleTimeout: time.Minute,
-		Now:            h.clock.now,
-		DialTimeout:    2 * time.Second,
-		MaxInFlight:    capFlows,
-		Names:          &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"void.test": nil}}, PeekTimeout: 20 * time.Millisecond},
-	})
-	nh := &namesHarness{harness: h, zone: z}
+	nh := startVoidOwnSocket(t, 2*time.Second, capFlows)
 	void := netip.AddrPortFrom(resolveName(t, nh, "void.test"), 443)
 	answered, dropped := floodName(t, nh, void, 45200, clientHello(t, "void.test"))
 	peak := 0
@@ -256,7 +241,7 @@ func TestNamesDeferredDialsCappedOwnSocket(t *testing.T) {
 	for range capFlows {
 		nh.waitRST(t)
 	}
-	waitUntil(t, "the timed out flows' teardown", func() bool { return tcpFlows(h.st) == 0 && synSentSockets(t) == 0 })
+	waitUntil(t, "the timed out flows' teardown", func() bool { return tcpFlows(nh.st) == 0 && synSentSockets(t) == 0 })
 	if !openNameFlow(t, nh, dropped[0], void, clientHello(t, "void.test")) {
 		t.Fatal("no room after the connects gave up")
 	}

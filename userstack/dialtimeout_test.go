@@ -92,6 +92,16 @@ func TestNamesDeferredDialTimeoutOwnSocket(t *testing.T) {
 	if !inOwnNetnsChild(t, "TestNamesDeferredDialTimeoutOwnSocket") {
 		return
 	}
+	deferredDialResets(t, startVoidOwnSocket(t, deferredDialTimeout, 0), "void.test")
+}
+
+// startVoidOwnSocket starts a stack with its own sockets (Dialer nil, as
+// the jail runs it) for a test in a network namespace of its own
+// (inOwnNetnsChild): its resolver is served on nsServer and resolves the
+// allowed name void.test to nsVoid, which never answers. maxInFlight 0 is
+// the default.
+func startVoidOwnSocket(t *testing.T, dialTimeout time.Duration, maxInFlight int) *namesHarness {
+	t.Helper()
 	z := newZoneDialer()
 	z.addA("void.test", nsVoid.String())
 	serveZoneUDP(t, z)
@@ -103,10 +113,11 @@ func TestNamesDeferredDialTimeoutOwnSocket(t *testing.T) {
 		Upstreams:      []netip.AddrPort{netip.AddrPortFrom(nsServer, 53)},
 		UDPIdleTimeout: time.Minute,
 		Now:            h.clock.now,
-		DialTimeout:    deferredDialTimeout,
+		DialTimeout:    dialTimeout,
+		MaxInFlight:    maxInFlight,
 		Names:          &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"void.test": nil}}, PeekTimeout: 20 * time.Millisecond},
 	})
-	deferredDialResets(t, &namesHarness{harness: h, zone: z}, "void.test")
+	return &namesHarness{harness: h, zone: z}
 }
 
 // inOwnNetnsChild runs the test named name again in a child process in a

@@ -111,11 +111,7 @@ func udpLimit(q []byte) int {
 func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
 	st := n.st
 	defer st.wg.Done()
-	defer func() {
-		n.mu.Lock()
-		n.dnsTCP--
-		n.mu.Unlock()
-	}()
+	defer func() { <-n.dnsTCPSlots }()
 	defer conn.Close()
 	stop := context.AfterFunc(st.ctx, func() { conn.Close() })
 	defer stop()
@@ -154,19 +150,15 @@ func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
 // resolver: one end of a socketpair the relay uses as its host socket,
 // the other end served by serveDNSTCP.
 func (n *names) startDNSTCP(to netip.AddrPort) (int, error) {
-	n.mu.Lock()
-	if n.dnsTCP >= maxDNSTCPConns {
-		n.mu.Unlock()
+	select {
+	case n.dnsTCPSlots <- struct{}{}: // given back by serveDNSTCP
+	default:
 		n.st.block(netpolicy.ProtoTCP, to, fmt.Sprintf("dns over tcp: %d connections at once", maxDNSTCPConns))
 		return -1, errDNSTCPFull
 	}
-	n.dnsTCP++
-	n.mu.Unlock()
 	fd, err := n.startDNSTCPConn(to)
 	if err != nil {
-		n.mu.Lock()
-		n.dnsTCP--
-		n.mu.Unlock()
+		<-n.dnsTCPSlots
 	}
 	return fd, err
 }

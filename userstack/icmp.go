@@ -94,15 +94,11 @@ func (st *Stack) echo(req echoRequest) (consumed bool) {
 		defer st.wg.Done()
 		defer func() { <-st.pings }()
 		if gate != nil {
-			if !st.awaitIPv6(gate) {
+			if rule := st.afterIPv6Gate(netpolicy.ProtoICMP, ap, gate); rule != "" {
 				if st.ctx.Err() == nil {
-					st.block(netpolicy.ProtoICMP, ap, "IPv6 destination held until the policy was ready, which it was not in time")
+					st.block(netpolicy.ProtoICMP, ap, rule)
 				}
 				return // unanswered, as a lost echo
-			}
-			if v := st.check(netpolicy.ProtoICMP, ap); !v.Allowed {
-				st.block(netpolicy.ProtoICMP, ap, v.Rule)
-				return
 			}
 		}
 		ctx, cancel := context.WithTimeout(st.ctx, pingTimeout)

@@ -104,10 +104,10 @@ type names struct {
 	// lookups are the upstream lookups under way, one per name and type:
 	// whoever needs the same answer meanwhile waits for it.
 	lookups map[cacheKey]*lookupCall
-	dnsTCP  int // TCP connections to the resolver being served
 
-	dnsSlots chan struct{} // queries being answered at once
-	bgSlots  chan struct{} // background lookups under way (prefetch, udpAdmit)
+	dnsSlots    chan struct{} // queries being answered at once
+	dnsTCPSlots chan struct{} // TCP connections to the resolver being served
+	bgSlots     chan struct{} // background lookups under way (prefetch, udpAdmit)
 }
 
 // lookupCall is one lookup upstream under way; done is closed once its
@@ -168,13 +168,14 @@ func newNames(st *Stack, cfg NameConfig) (*names, error) {
 	}
 	return &names{
 		st: st, rules: cfg.Rules, cfg: cfg,
-		byName:   map[string]*nameEntry{},
-		byAddr:   map[netip.Addr]*nameEntry{},
-		cache:    map[cacheKey]cacheEntry{},
-		udp:      map[netip.AddrPort]udpTarget{},
-		lookups:  map[cacheKey]*lookupCall{},
-		dnsSlots: make(chan struct{}, maxDNSInFlight),
-		bgSlots:  make(chan struct{}, maxBackgroundLookups),
+		byName:      map[string]*nameEntry{},
+		byAddr:      map[netip.Addr]*nameEntry{},
+		cache:       map[cacheKey]cacheEntry{},
+		udp:         map[netip.AddrPort]udpTarget{},
+		lookups:     map[cacheKey]*lookupCall{},
+		dnsSlots:    make(chan struct{}, maxDNSInFlight),
+		dnsTCPSlots: make(chan struct{}, maxDNSTCPConns),
+		bgSlots:     make(chan struct{}, maxBackgroundLookups),
 	}, nil
 }
 
@@ -207,28 +208,20 @@ func (n *names) synthetic(name string, v6 bool) (netip.Addr, error) {
 		}
 		e = &nameEntry{name: name}
 	}
+	addr, alloc := &e.v4, n.alloc4
 	if v6 {
-		if !e.v6.IsValid() {
-			a, err := n.alloc6()
-			if err != nil {
-				return a, err
-			}
-			e.v6 = a
-			n.byAddr[a] = e
-		}
-		n.byName[name] = e
-		return e.v6, nil
+		addr, alloc = &e.v6, n.alloc6
 	}
-	if !e.v4.IsValid() {
-		a, err := n.alloc4()
+	if !addr.IsValid() {
+		a, err := alloc()
 		if err != nil {
 			return a, err // no entry left behind for a name with no address
 		}
-		e.v4 = a
+		*addr = a
 		n.byAddr[a] = e
+		n.byName[name] = e
 	}
-	n.byName[name] = e
-	return e.v4, nil
+	return *addr, nil
 }
 
 // errTooManyNames: maxNames names have a synthetic address already.
@@ -311,25 +304,10 @@ func canonName(s string) string { return strings.ToLower(strings.TrimSuffix(s, "
 // allowed host port (hostport.go), never by address or by name.
 func (st *Stack) policyCheck(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verdict {
 	v := st.cfg.Policy.Check(proto, dst)
-	if a := hostSideAddr(dst.Addr()); v.Allowed && (a.IsLoopback() || a.IsUnspecified()) {
+	if a := netpolicy.HostSideAddr(dst.Addr()); v.Allowed && (a.IsLoopback() || a.IsUnspecified()) {
 		return netpolicy.Verdict{Rule: "host loopback: only --allow-host-port ports at the gateway address reach it"}
 	}
 	return v
-}
-
-// wellKnownNAT64 is RFC 6052's well-known NAT64 prefix.
-var wellKnownNAT64 = netip.MustParsePrefix("64:ff9b::/96")
-
-// hostSideAddr is the IPv4 address a mapped (::ffff:a.b.c.d) or
-// well-known NAT64 (64:ff9b::a.b.c.d) form stands for, else a itself: a
-// translator on the host's path takes the NAT64 form to that address.
-func hostSideAddr(a netip.Addr) netip.Addr {
-	a = a.Unmap()
-	if wellKnownNAT64.Contains(a) {
-		b := a.As16()
-		return netip.AddrFrom4([4]byte(b[12:]))
-	}
-	return a
 }
 
 // check is the policy's verdict on an address (not a name): with the
@@ -540,16 +518,19 @@ func (n *names) lookupUpstream(ctx context.Context, key cacheKey, now time.Time)
 // background looks name's records of types up on a worker, for a cache
 // no query waits on (prefetch, udpAdmit): not when each is fresh or
 // already being looked up, and not when maxBackgroundLookups are under
-// way (the trigger, a datagram or a query, comes again).
-func (n *names) background(name string, types ...dnsmessage.Type) {
+// way (the trigger, a datagram or a query, comes again). fresh: every
+// one of types was fresh in the cache, nothing was started.
+func (n *names) background(name string, types ...dnsmessage.Type) (fresh bool) {
 	now := n.st.cfg.Now()
 	var want []dnsmessage.Type
+	fresh = true
 	n.mu.Lock()
 	for _, t := range types {
 		key := cacheKey{name, t}
 		if e, ok := n.cache[key]; ok && now.Before(e.expires) {
 			continue
 		}
+		fresh = false
 		if n.lookups[key] != nil {
 			continue
 		}
@@ -557,12 +538,12 @@ func (n *names) background(name string, types ...dnsmessage.Type) {
 	}
 	n.mu.Unlock()
 	if len(want) == 0 {
-		return
+		return fresh
 	}
 	select {
 	case n.bgSlots <- struct{}{}:
 	default:
-		return
+		return false
 	}
 	st := n.st
 	if !st.goFlow(func() {
@@ -574,6 +555,7 @@ func (n *names) background(name string, types ...dnsmessage.Type) {
 	}) {
 		<-n.bgSlots
 	}
+	return false
 }
 
 // NameOf returns the name a synthetic address stands for, for tests and
@@ -647,17 +629,10 @@ func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool, gate <-chan s
 		n.mu.Unlock()
 	}
 	now := n.st.cfg.Now()
-	fresh := func(t dnsmessage.Type) bool {
-		e, ok := n.cache[cacheKey{nf.name, t}]
-		return ok && now.Before(e.expires)
-	}
-	n.mu.Lock()
-	cached := fresh(dnsmessage.TypeA) && fresh(dnsmessage.TypeAAAA)
-	n.mu.Unlock()
-	if !cached {
-		// Every datagram of a flood comes here until the lookups end:
+	if !n.background(nf.name, dnsmessage.TypeA, dnsmessage.TypeAAAA) {
+		// Not both fresh in the cache: looked up on a worker. Every
+		// datagram of a flood comes here until the lookups end:
 		// background starts none while one for the name is under way.
-		n.background(nf.name, dnsmessage.TypeA, dnsmessage.TypeAAAA)
 		return false, false, nil
 	}
 	// Fresh in the cache: resolveTarget takes it from there.

@@ -455,3 +455,39 @@ func TestNamesHostLoopbackNeverDialed(t *testing.T) {
 		t.Fatalf("blocks:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// Without names, by address: a TCP SYN and a UDP datagram from inside to
+// the host's loopback or the unspecified address in its well-known NAT64
+// form are never dialed, even under a policy built in code that allows
+// them (netpolicy.New adds every IPv4 entry's NAT64 form), and are
+// recorded under the host loopback rule (policyCheck).
+func TestHostLoopbackNAT64ByAddressNeverDialed(t *testing.T) {
+	h := &harness{dialer: newFakeDialer(), blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	h.start(t, Config{
+		Policy: netpolicy.MustNew(netpolicy.Config{Allow: []netip.Prefix{
+			netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("0.0.0.0/32")}}),
+		Dialer:         h.dialer,
+		Gateways:       []netip.Addr{gateway4},
+		VirtualDNS:     []netip.Addr{dns4},
+		Upstreams:      []netip.AddrPort{upstream},
+		UDPIdleTimeout: time.Minute,
+		Now:            h.clock.now,
+	})
+	const rule = "host loopback: only --allow-host-port ports at the gateway address reach it"
+	src := netip.AddrPortFrom(jail6, 41000)
+	var want []string
+	for _, s := range []string{"[64:ff9b::7f00:1]:8080", "[64:ff9b::7f01:203]:22", "[64:ff9b::]:8080"} {
+		dst := netip.MustParseAddrPort(s)
+		h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagSyn, seq: 1}.bytes())
+		h.send(udpBytes(src, dst, []byte("x")))
+		want = append(want, "tcp|"+s+"|"+rule, "udp|"+s+"|"+rule)
+	}
+	h.dialer.none(t)
+	var got []string
+	for _, b := range h.blocks.list() {
+		got = append(got, b.Proto.String()+"|"+b.Dst.String()+"|"+b.Rule)
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("blocks:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

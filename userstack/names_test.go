@@ -212,10 +212,17 @@ func newNamesHarness(t *testing.T, rules map[string][]uint16, nc NameConfig) *na
 // newNamesHarnessAllow is newNamesHarness with the policy's allow entries.
 func newNamesHarnessAllow(t *testing.T, rules map[string][]uint16, nc NameConfig, allow ...netip.Prefix) *namesHarness {
 	t.Helper()
+	return newNamesHarnessWith(t, rules, nc, nil, allow...)
+}
+
+// newNamesHarnessWith is newNamesHarnessAllow with edit, if set, changing
+// the stack's Config before it starts.
+func newNamesHarnessWith(t *testing.T, rules map[string][]uint16, nc NameConfig, edit func(*Config), allow ...netip.Prefix) *namesHarness {
+	t.Helper()
 	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	z := newZoneDialer()
 	nc.Rules = fakeRules{allow: rules}
-	h.start(t, Config{
+	cfg := Config{
 		Policy:         netpolicy.MustNew(netpolicy.Config{Allow: allow}),
 		Dialer:         z,
 		Gateways:       []netip.Addr{gateway4},
@@ -224,7 +231,11 @@ func newNamesHarnessAllow(t *testing.T, rules map[string][]uint16, nc NameConfig
 		UDPIdleTimeout: time.Minute,
 		Now:            h.clock.now,
 		Names:          &nc,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	h.start(t, cfg)
 	return &namesHarness{harness: h, zone: z}
 }
 
@@ -613,19 +624,7 @@ func TestNamesUDP(t *testing.T) {
 	// Other UDP to the name: relayed to its real address, the reply from
 	// the synthetic one.
 	dst := netip.AddrPortFrom(api, 9000)
-	var d dial
-	for i := 0; ; i++ { // the first datagram may be dropped while the name resolves
-		h.send(udpBytes(src, dst, []byte("ping")))
-		select {
-		case d = <-h.zone.dials:
-		case <-time.After(50 * time.Millisecond):
-			if i < 200 {
-				continue
-			}
-			t.Fatal("no udp dial")
-		}
-		break
-	}
+	d := sendUntilDial(t, h, src, dst, []byte("ping"))
 	if d.network != "udp" || d.address != "203.0.113.10:9000" {
 		t.Fatalf("dialed %s %s", d.network, d.address)
 	}
@@ -818,19 +817,7 @@ func TestNamesUDPCachedTargetRechecked(t *testing.T) {
 	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
 	dst := netip.AddrPortFrom(api, 9000)
 	src := netip.AddrPortFrom(jail4, 45100)
-	var d dial
-	for i := 0; ; i++ { // the first datagram may be dropped while the name resolves
-		h.send(udpBytes(src, dst, []byte("ping")))
-		select {
-		case d = <-h.zone.dials:
-		case <-time.After(50 * time.Millisecond):
-			if i < 200 {
-				continue
-			}
-			t.Fatal("no udp dial")
-		}
-		break
-	}
+	d := sendUntilDial(t, h, src, dst, []byte("ping"))
 	defer d.peer.Close()
 	h.st.SetPolicy(netpolicy.MustNew(netpolicy.Config{
 		Allow:            []netip.Prefix{netip.MustParsePrefix("192.168.1.50/32")},
@@ -857,5 +844,23 @@ func TestNamesUDPCachedTargetRechecked(t *testing.T) {
 	}
 	if len(rules) == 0 || !strings.HasPrefix(rules[len(rules)-1], "api.test|") {
 		t.Fatalf("blocks %q: want the refusal recorded by name", rules)
+	}
+}
+
+// sendUntilDial sends payload from src to dst until the zone's dialer
+// sees a dial, which it returns: the first datagrams to a name may be
+// dropped while the name resolves.
+func sendUntilDial(t *testing.T, h *namesHarness, src, dst netip.AddrPort, payload []byte) dial {
+	t.Helper()
+	for i := 0; ; i++ {
+		h.send(udpBytes(src, dst, payload))
+		select {
+		case d := <-h.zone.dials:
+			return d
+		case <-time.After(50 * time.Millisecond):
+			if i >= 200 {
+				t.Fatal("no udp dial")
+			}
+		}
 	}
 }

@@ -7,8 +7,6 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-
-	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
 // A flow to a name that waits for memory while it is still peeking (no
@@ -19,20 +17,8 @@ import (
 // of TestNamesWatchPartialTake, whose dial races its data).
 func TestNamesPeekingFlowWokenForMemory(t *testing.T) {
 	const budget = 64 << 10
-	hh := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
-	z := newZoneDialer()
-	hh.start(t, Config{
-		Policy:         netpolicy.MustNew(netpolicy.Config{}),
-		Dialer:         z,
-		Gateways:       []netip.Addr{gateway4},
-		VirtualDNS:     []netip.Addr{dns4},
-		Upstreams:      []netip.AddrPort{upstream},
-		UDPIdleTimeout: time.Minute,
-		Now:            hh.clock.now,
-		MaxRelayMemory: budget,
-		Names:          &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"api.test": nil}}, PeekTimeout: 10 * time.Second},
-	})
-	h := &namesHarness{harness: hh, zone: z}
+	h := newNamesHarnessWith(t, map[string][]uint16{"api.test": nil}, NameConfig{PeekTimeout: 10 * time.Second},
+		func(c *Config) { c.MaxRelayMemory = budget })
 	h.zone.addA("api.test", "203.0.113.10")
 	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
 	src := netip.AddrPortFrom(jail4, 49960)

@@ -66,6 +66,23 @@ func (st *Stack) awaitIPv6(gate <-chan struct{}) bool {
 	}
 }
 
+// ruleIPv6NotReady is the record of a flow whose IPv6 gate stayed shut.
+const ruleIPv6NotReady = "IPv6 destination held until the policy was ready, which it was not in time"
+
+// afterIPv6Gate waits for gate (never on the packet loop), then decides
+// dst again by the policy then in force: "" when the flow may leave,
+// else the rule that refuses it (ruleIPv6NotReady when the gate stayed
+// shut or the stack closed: the caller records nothing then).
+func (st *Stack) afterIPv6Gate(proto netpolicy.Proto, dst netip.AddrPort, gate <-chan struct{}) string {
+	if !st.awaitIPv6(gate) {
+		return ruleIPv6NotReady
+	}
+	if v := st.check(proto, dst); !v.Allowed {
+		return v.Rule
+	}
+	return ""
+}
+
 // holdUDP keeps a copy of a datagram to a new IPv6 destination until the
 // gate opens, on a worker, then decides it again as the packet path does
 // (handleUDP). Past maxHeldUDP held datagrams, it is dropped.
@@ -89,7 +106,7 @@ func (st *Stack) holdUDP(key flowKey, data [][]byte, gate <-chan struct{}) {
 			if st.ctx.Err() != nil {
 				return // closing
 			}
-			st.block(netpolicy.ProtoUDP, key.dst, "IPv6 destination held until the policy was ready, which it was not in time")
+			st.block(netpolicy.ProtoUDP, key.dst, ruleIPv6NotReady)
 			return
 		}
 		st.sendUDP(key, [][]byte{buf})

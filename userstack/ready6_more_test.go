@@ -14,17 +14,7 @@ import (
 // address under the NAT64 prefix found meanwhile is never pinged from
 // the host (recorded), an internet address is.
 func TestIPv6GateEcho(t *testing.T) {
-	g := &gateProbe{ch: make(chan struct{})}
-	pinger := &fakePinger{up: map[netip.Addr]bool{}}
-	h := &harness{dialer: newFakeDialer(), blocks: &blocks{}, clock: &fakeClock{t: time.Now()}}
-	h.start(t, Config{
-		Policy:    netpolicy.MustNew(netpolicy.Config{}),
-		Dialer:    h.dialer,
-		Gateways:  []netip.Addr{gateway4},
-		Pinger:    pinger,
-		Now:       h.clock.now,
-		IPv6Ready: g.ready,
-	})
+	g, pinger, h := startEchoGate(t, 0)
 	private := netip.MustParseAddr("2001:db8:64::a01:203") // 10.1.2.3
 	internet := netip.MustParseAddr("2001:db8::7")
 	for _, dst := range []netip.Addr{private, internet} {
@@ -103,18 +93,7 @@ func TestIPv6GateHeldUDPBounded(t *testing.T) {
 // pinged, and recorded as the TCP and UDP flows in that case are (it
 // once went unrecorded).
 func TestIPv6GateShutEchoRecorded(t *testing.T) {
-	g := &gateProbe{ch: make(chan struct{})}
-	pinger := &fakePinger{up: map[netip.Addr]bool{}}
-	h := &harness{dialer: newFakeDialer(), blocks: &blocks{}, clock: &fakeClock{t: time.Now()}}
-	h.start(t, Config{
-		Policy:      netpolicy.MustNew(netpolicy.Config{}),
-		Dialer:      h.dialer,
-		Gateways:    []netip.Addr{gateway4},
-		Pinger:      pinger,
-		DialTimeout: 100 * time.Millisecond,
-		Now:         h.clock.now,
-		IPv6Ready:   g.ready,
-	})
+	_, pinger, h := startEchoGate(t, 100*time.Millisecond) // its gate stays shut
 	dst := netip.MustParseAddr("2001:db8::7")
 	proto, b := echoBytes(jail6, dst)
 	inject(h.ep, proto, b)
@@ -131,4 +110,23 @@ func TestIPv6GateShutEchoRecorded(t *testing.T) {
 	if c := pinger.called(); len(c) != 0 {
 		t.Fatalf("pinged %v with the gate shut", c)
 	}
+}
+
+// startEchoGate starts a stack that proxies echoes to pinger, with an IPv6
+// gate g the test opens; dialTimeout 0 is the default.
+func startEchoGate(t *testing.T, dialTimeout time.Duration) (*gateProbe, *fakePinger, *harness) {
+	t.Helper()
+	g := &gateProbe{ch: make(chan struct{})}
+	pinger := &fakePinger{up: map[netip.Addr]bool{}}
+	h := &harness{dialer: newFakeDialer(), blocks: &blocks{}, clock: &fakeClock{t: time.Now()}}
+	h.start(t, Config{
+		Policy:      netpolicy.MustNew(netpolicy.Config{}),
+		Dialer:      h.dialer,
+		Gateways:    []netip.Addr{gateway4},
+		Pinger:      pinger,
+		DialTimeout: dialTimeout,
+		Now:         h.clock.now,
+		IPv6Ready:   g.ready,
+	})
+	return g, pinger, h
 }

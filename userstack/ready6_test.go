@@ -170,20 +170,9 @@ func TestIPv6GateStaysShut(t *testing.T) {
 // gate is open.
 func TestIPv6GateNames(t *testing.T) {
 	g := &gateProbe{ch: make(chan struct{})}
-	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
-	z := newZoneDialer()
-	h.start(t, Config{
-		Policy:         netpolicy.MustNew(netpolicy.Config{}),
-		Dialer:         z,
-		Gateways:       []netip.Addr{gateway4},
-		VirtualDNS:     []netip.Addr{dns4},
-		Upstreams:      []netip.AddrPort{upstream},
-		UDPIdleTimeout: time.Minute,
-		Now:            h.clock.now,
-		Names:          &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"inside.test": nil, "good.test": nil}}, PeekTimeout: 20 * time.Millisecond},
-		IPv6Ready:      g.ready,
-	})
-	nh := &namesHarness{harness: h, zone: z}
+	nh := newNamesHarnessWith(t, map[string][]uint16{"inside.test": nil, "good.test": nil}, NameConfig{PeekTimeout: 20 * time.Millisecond},
+		func(c *Config) { c.IPv6Ready = g.ready })
+	h, z := nh.harness, nh.zone
 	z.addA("inside.test", "2001:db8:64::a01:203") // 10.1.2.3 under the prefix
 	z.addA("good.test", "2001:db8::80")
 	inside := answerAddrs(t, nh.query(t, "inside.test.", dnsmessage.TypeAAAA), "inside.test.")[0]

@@ -104,13 +104,7 @@ func (f *tcpFlow) dial(target netip.AddrPort, gate <-chan struct{}) {
 	st := f.st
 	defer st.wg.Done()
 	if gate != nil {
-		rule := ""
-		if !st.awaitIPv6(gate) {
-			rule = "IPv6 destination held until the policy was ready, which it was not in time"
-		} else if v := st.check(netpolicy.ProtoTCP, target); !v.Allowed {
-			rule = v.Rule
-		}
-		if rule != "" {
+		if rule := st.afterIPv6Gate(netpolicy.ProtoTCP, target, gate); rule != "" {
 			f.mu.Lock()
 			defer f.unlock()
 			if f.state != tcpDialing || st.ctx.Err() != nil {
