@@ -72,7 +72,8 @@ const ruleIPv6NotReady = "IPv6 destination held until the policy was ready, whic
 // afterIPv6Gate waits for gate (never on the packet loop), then decides
 // dst again by the policy then in force: "" when the flow may leave,
 // else the rule that refuses it (ruleIPv6NotReady when the gate stayed
-// shut or the stack closed: the caller records nothing then).
+// shut or the stack closed). The caller records the refusal unless the
+// stack is closing.
 func (st *Stack) afterIPv6Gate(proto netpolicy.Proto, dst netip.AddrPort, gate <-chan struct{}) string {
 	if !st.awaitIPv6(gate) {
 		return ruleIPv6NotReady
