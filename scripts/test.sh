@@ -56,7 +56,9 @@ CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o bin/claude-sandbox ./cmd/cl
 if ldd bin/claude-sandbox >/dev/null 2>&1; then echo "bin/claude-sandbox is not static"; exit 1; fi
 
 step "tests (race detector on)"
-go test -race -count=1 ./...
+# A generous per-package timeout: the integration package runs for minutes
+# and a loaded machine must not turn slowness into a failure.
+go test -race -count=1 -timeout 45m ./...
 
 step "coverage: mounts, nsexec and the installer, re-executed stages included (figures only)"
 # The packages' unit tests, and the integration tests that exercise them
