@@ -79,19 +79,20 @@ type Jail struct {
 	setup *Setup
 	opts  Options
 
-	mu    sync.Mutex
-	stack *userstack.Stack
-	sink  *os.File
-	tally netpolicy.Tally
+	mu     sync.Mutex
+	stack  *userstack.Stack
+	sink   *os.File
+	tally  netpolicy.Tally
+	evicts int // UDP flows evicted at the cap
+	log    *netpolicy.JSONLWriter
+	failed chan error
+	once   sync.Once
+	pubWG  sync.WaitGroup // the published ports' serving goroutines
+
 	// viaDefault are the host routes through a default route's gateway
 	// that refused a flow (netpolicy.ViaDefaultRoute), for the summary's
-	// hint at --internet-cidr; at most maxViaDefaultNamed.
+	// hint at --internet-cidr; at most maxViaDefaultNamed (under mu).
 	viaDefault []netip.Prefix
-	evicts     int // UDP flows evicted at the cap
-	log        *netpolicy.JSONLWriter
-	failed     chan error
-	once       sync.Once
-	pubWG      sync.WaitGroup // the published ports' serving goroutines
 
 	// sinkDone is closed when the sink's reader has returned (nil: it
 	// never started).
