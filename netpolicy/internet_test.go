@@ -40,3 +40,25 @@ func TestInternetCIDRLiftsHostRoutesOnly(t *testing.T) {
 		}
 	}
 }
+
+// A host route into a NAT64 prefix (an IPv6-only network's router
+// announcing 64:ff9b::/96, or the network's own prefix) does not make the
+// IPv4 internet internal: the embedded address decides.
+func TestHostRouteIntoNAT64PrefixJudgedByEmbeddedAddress(t *testing.T) {
+	own := netip.MustParsePrefix("2001:db8:64::/96")
+	routes := []netip.Prefix{netip.MustParsePrefix("64:ff9b::/96"), own}
+	pol := MustNew(Config{HostRoutes: routes, ViaDefault: routes, NAT64: []netip.Prefix{own}})
+	for _, c := range []struct {
+		dst   string
+		allow bool
+	}{
+		{"[64:ff9b::cb00:710a]:443", true},     // 203.0.113.10
+		{"[2001:db8:64::cb00:710a]:443", true}, // the same, network-specific
+		{"[64:ff9b::a14:5]:22", false},         // 10.20.0.5
+		{"[2001:db8:64::a9fe:a9fe]:80", false}, // 169.254.169.254
+	} {
+		if v := pol.Check(ProtoTCP, netip.MustParseAddrPort(c.dst)); v.Allowed != c.allow {
+			t.Errorf("%s: %+v, want allowed %v", c.dst, v, c.allow)
+		}
+	}
+}

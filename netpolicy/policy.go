@@ -271,6 +271,16 @@ hostRoutes:
 				continue hostRoutes
 			}
 		}
+		// A route into a NAT64 prefix (a router's RFC 4191 route for
+		// 64:ff9b::/96, on an IPv6-only network) is the way to the IPv4
+		// internet, not to one network: each address under it is judged
+		// by the IPv4 address it embeds, whose internal forms are rules
+		// of their own (addV4).
+		for _, n := range append([]netip.Prefix{nat64Prefix}, p.nat64...) {
+			if s.Addr().Is6() && n.Bits() <= s.Bits() && n.Contains(s.Addr()) {
+				continue hostRoutes
+			}
+		}
 		reason := "host route " + s.String()
 		for _, v := range cfg.ViaDefault {
 			if v.IsValid() && unmapPrefix(v).Masked() == s {
