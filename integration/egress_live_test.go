@@ -170,14 +170,15 @@ type liveSandbox struct {
 }
 
 // startLive starts egressprobe serve in the jail, through the shipped
-// binary (layer "") or through embedrun with a layer taken away.
+// binary (layer "", flags are run options) or through embedrun with a
+// layer taken away (flags are embedrun's).
 func (l *lab) startLive(t *testing.T, uid int, layer string, flags ...string) *liveSandbox {
 	probe := testutil.Build(t, "./integration/egressprobe")
 	log := filepath.Join(testutil.MkdirFor(t, uid), "blocked.jsonl")
 	var cmd *exec.Cmd
 	if layer == "" {
 		bin := testutil.Build(t, "./cmd/claude-sandbox")
-		cmd = l.jailCmd(uid, bin, "run", "--log-blocked", log, "--", probe, "serve")
+		cmd = l.jailCmd(uid, bin, append(append([]string{"run", "--log-blocked", log}, flags...), "--", probe, "serve")...)
 	} else {
 		p, err := plan.Build(plan.Options{Command: []string{probe, "serve"}, UID: uid, GID: uid, HostRoot: uid == 0, Net: plan.NetJail})
 		if err != nil {

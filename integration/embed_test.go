@@ -162,7 +162,9 @@ func TestEmbedPolicyEvents(t *testing.T) {
 	bin := testutil.Build(t, "./examples/embed")
 	jailUsers(t, func(t *testing.T, l *lab, uid int) {
 		cmd := l.jailCmd(uid, bin, "-watch")
-		var stderr strings.Builder
+		// Written by exec's copy goroutine while the failure paths
+		// below read it: a lockedBuf, not a bare Builder.
+		var stderr lockedBuf
 		cmd.Stderr = &stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {

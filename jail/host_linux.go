@@ -75,11 +75,11 @@ func discoverNetwork() (HostFacts, error) {
 			deps.addrs = append(deps.addrs, fmt.Sprintf("%d %s", ifc.Index, netip.PrefixFrom(addr.Unmap(), ones)))
 		}
 	}
-	routed, defaults, err := hostRoutes()
+	routed, viaDefault, defaults, err := hostRoutes()
 	if err != nil {
 		return f, fmt.Errorf("read the host's routes: %w", err)
 	}
-	f.Routed = routed
+	f.Routed, f.ViaDefault = routed, viaDefault
 	deps.defaults = defaults
 	for _, p := range routed {
 		deps.routed = append(deps.routed, p.String())
@@ -100,33 +100,38 @@ func discoverNetwork() (HostFacts, error) {
 
 // HostRoutes returns the destinations the current network namespace
 // reaches through anything but its default routes, from every routing
-// table: a more specific route through another gateway or interface (a
-// VPN, a container bridge, a corporate network), the routes of a
-// policy-routing table, the host's own addresses (the local table). Left
-// out, as the way to the internet: default routes; routes as wide as
-// /0-/7 (IPv4) or /0-/15 (IPv6), which VPN clients install as halves of a
-// default route (0.0.0.0/1 and 128.0.0.0/1) and which would otherwise
-// make the whole internet internal; routes through the same gateway and
-// interface as a default route of the same table; and routes that reach
-// nothing (unreachable, blackhole, prohibit, throw).
+// table: a more specific route, whatever its gateway (another gateway or
+// interface: a VPN, a container bridge; or the default route's own
+// gateway: a static route or DHCP option 121 to a corporate or lab
+// subnet), the routes of a policy-routing table, the host's own addresses
+// (the local table). Left out, as the way to the internet: default
+// routes; routes as wide as /0-/7 (IPv4) or /0-/15 (IPv6), which VPN
+// clients install as halves of a default route (0.0.0.0/1 and
+// 128.0.0.0/1) and which would otherwise make the whole internet
+// internal; and routes that reach nothing (unreachable, blackhole,
+// prohibit, throw). A range the user knows is internet is exempted by
+// the policy (netpolicy.Config.Internet, --internet-cidr), not here.
 func HostRoutes() ([]netip.Prefix, error) {
-	routed, _, err := hostRoutes()
+	routed, _, _, err := hostRoutes()
 	return routed, err
 }
 
-// hostRoutes is HostRoutes, and the routes it leaves out as the way to
-// the internet (the default routes and the routes as wide), each
-// described by its table, destination, type, gateway, interface and
-// metric (and its next hops, for a multipath route).
-func hostRoutes() (routed []netip.Prefix, wideRoutes []string, err error) {
+// hostRoutes is HostRoutes; the routed destinations whose route goes
+// through the gateway and interface of a default route of the same
+// table (the ones a user may know are internet, named as such in the
+// blocks' reason); and the routes it leaves out as the way to the
+// internet (the default routes and the routes as wide), each described by
+// its table, destination, type, gateway, interface and metric (and its
+// next hops, for a multipath route).
+func hostRoutes() (routed, viaDefault []netip.Prefix, wideRoutes []string, err error) {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer h.Close()
 	all, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	type hop struct {
 		table, link int
@@ -163,9 +168,6 @@ func hostRoutes() (routed []netip.Prefix, wideRoutes []string, err error) {
 		case unix.RTN_UNREACHABLE, unix.RTN_BLACKHOLE, unix.RTN_PROHIBIT, unix.RTN_THROW:
 			continue
 		}
-		if r.Gw != nil && defaults[hop{r.Table, r.LinkIndex, r.Gw.String()}] {
-			continue
-		}
 		a, ok := netip.AddrFromSlice(r.Dst.IP)
 		if !ok {
 			continue
@@ -175,8 +177,11 @@ func hostRoutes() (routed []netip.Prefix, wideRoutes []string, err error) {
 		if !slices.Contains(out, p) {
 			out = append(out, p)
 		}
+		if r.Gw != nil && defaults[hop{r.Table, r.LinkIndex, r.Gw.String()}] && !slices.Contains(viaDefault, p) {
+			viaDefault = append(viaDefault, p)
+		}
 	}
-	return out, wideRoutes, nil
+	return out, viaDefault, wideRoutes, nil
 }
 
 // hasIPv6Default reports an IPv6 default route on a non-loopback device

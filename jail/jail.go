@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +88,11 @@ type Jail struct {
 	failed chan error
 	once   sync.Once
 	pubWG  sync.WaitGroup // the published ports' serving goroutines
+
+	// viaDefault are the host routes through a default route's gateway
+	// that refused a flow (netpolicy.ViaDefaultRoute), for the summary's
+	// hint at --internet-cidr; at most maxViaDefaultNamed (under mu).
+	viaDefault []netip.Prefix
 
 	// sinkDone is closed when the sink's reader has returned (nil: it
 	// never started).
@@ -244,12 +251,32 @@ func (j *Jail) newSink(dev *os.File, st *userstack.Stack) *sink {
 	return &sink{dev: dev, pol: j.setup.Policy, record: st.RecordBlock}
 }
 
+// maxViaDefaultNamed bounds the routes the summary's hint names.
+const maxViaDefaultNamed = 8
+
+// viaDefaultNote is the summary's line for flows refused by a host route
+// through the default gateway: such a route makes its destination
+// internal, and it is the one kind a user may know is internet.
+func viaDefaultNote(ps []netip.Prefix) string {
+	if len(ps) == 0 {
+		return ""
+	}
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.String()
+	}
+	return fmt.Sprintf("refused as internal because the host routes it through its default gateway by a more specific route: %s; if that is internet, exempt it with --internet-cidr (internet-cidr in the shadow's config)", strings.Join(names, ", "))
+}
+
 func (j *Jail) record(b netpolicy.Block) {
 	if b.Time.IsZero() {
 		b.Time = time.Now()
 	}
 	j.mu.Lock()
 	j.tally.Add(b)
+	if p, ok := netpolicy.ViaDefaultRoute(b.Rule); ok && len(j.viaDefault) < maxViaDefaultNamed && !slices.Contains(j.viaDefault, p) {
+		j.viaDefault = append(j.viaDefault, p)
+	}
 	j.mu.Unlock()
 	j.debug("blocked", "proto", b.Proto, "dst", b.Dst, "rule", b.Rule)
 	if j.log != nil {
@@ -338,9 +365,13 @@ func (j *Jail) Close() {
 			j.mu.Lock()
 			sum := j.tally.Summary(5)
 			evicts := max(j.evicts, stEvicts)
+			via := viaDefaultNote(j.viaDefault)
 			j.mu.Unlock()
 			if sum != "" {
 				fmt.Fprintln(j.opts.Summary, "claude-sandbox:", sum)
+			}
+			if via != "" {
+				fmt.Fprintln(j.opts.Summary, "claude-sandbox:", via)
 			}
 			if evicts > 0 {
 				fmt.Fprintf(j.opts.Summary, "claude-sandbox: %d UDP flows evicted at the cap of %d flows (least recently used first)\n", evicts, j.maxUDPFlows())

@@ -29,6 +29,14 @@ type HostFacts struct {
 	// Routed are the destinations the host reaches through anything but
 	// its default routes (see [HostRoutes]): internal, blocked.
 	Routed []netip.Prefix
+	// ViaDefault are the Routed destinations whose route goes through a
+	// default route's gateway: internal all the same, and named so in the
+	// blocks' reason and the exit summary.
+	ViaDefault []netip.Prefix
+	// Internet are the ranges the user says are internet
+	// (--internet-cidr): a Routed destination within one is not
+	// internal. Set by the caller, not read from the host.
+	Internet []netip.Prefix
 	// NAT64 are the network-specific NAT64 prefixes of the host's
 	// resolver (RFC 7050), when known.
 	NAT64 []netip.Prefix
@@ -162,7 +170,7 @@ func PrepareNames(facts HostFacts, allow []netip.Prefix, allowDomains, denyDomai
 		}
 		s.Names = &userstack.NameConfig{Rules: names, NoIPv6: !s.Addr6.IsValid()}
 	}
-	s.policyCfg = netpolicy.Config{ConnectedSubnets: facts.Connected, HostRoutes: facts.Routed, NAT64: facts.NAT64, Allow: policyAllow, DNSResolvers: routable}
+	s.policyCfg = netpolicy.Config{ConnectedSubnets: facts.Connected, HostRoutes: facts.Routed, ViaDefault: facts.ViaDefault, Internet: slices.Clone(facts.Internet), NAT64: facts.NAT64, Allow: policyAllow, DNSResolvers: routable}
 	s.routesCfg = routes.Config{TUN: TUN, Sink: SinkDevice, Addr4: s.Addr4, Addr6: s.Addr6}
 	pol, rp, err := s.build(facts)
 	if err != nil {
@@ -201,7 +209,8 @@ func PrepareNames(facts HostFacts, allow []netip.Prefix, allowDomains, denyDomai
 // allow list, resolvers and jail addresses decided at launch.
 func (s *Setup) build(facts HostFacts) (*netpolicy.Policy, routes.Plan, error) {
 	cfg := s.policyCfg
-	cfg.ConnectedSubnets, cfg.HostRoutes, cfg.NAT64 = facts.Connected, facts.Routed, facts.NAT64
+	// The user's internet ranges stay as given at launch.
+	cfg.ConnectedSubnets, cfg.HostRoutes, cfg.ViaDefault, cfg.NAT64 = facts.Connected, facts.Routed, facts.ViaDefault, facts.NAT64
 	pol, err := netpolicy.New(cfg)
 	if err != nil {
 		return nil, routes.Plan{}, fmt.Errorf("egress policy: %w", err)

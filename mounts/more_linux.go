@@ -43,12 +43,37 @@ func (b *builder) symlink(op Op) error {
 // it fails with ECONNREFUSED, as on any path that is not a socket. The
 // empty file lives in the scratch tmpfs, which only this mount namespace
 // ever sees.
+//
+// Whether dst needs the mask is decided with the sandbox's own
+// credentials: this runs in init, in the sandbox's user namespace, with
+// the uid, gid and groups the command gets, and with every capability of
+// that namespace, which the command then loses. Those capabilities bypass
+// permissions only on files whose owner and group are mapped there, so
+// where this lookup is refused (EACCES: another user's 0700 directory on
+// the way, such as the one holding git credential-cache's socket) no
+// process of the sandbox can walk it either, a nested user namespace
+// included (it maps a subset of these ids): there is nothing to mask,
+// and the launch goes on. Any other failure on a path the sandbox can
+// reach still fails the launch.
+//
+// The last component is not followed: the plan saw a socket there, and
+// a link its owner put in its place since points at a path whose own
+// sockets are judged where they are; following it would lay the mask
+// over whatever file the link names.
 func (b *builder) maskSocket(dst string) error {
-	st, ok, err := b.statIn(dst)
-	if err != nil && !errors.Is(err, unix.ENOTDIR) {
+	t, err := resolveIn(b.root, dst, unix.O_PATH|unix.O_NOFOLLOW)
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EACCES):
+		return nil
+	case err != nil:
 		return &Error{Op: "mask socket", Dst: dst, Err: err}
 	}
-	if !ok || st.Mode&unix.S_IFMT == unix.S_IFDIR {
+	defer unix.Close(t)
+	var st unix.Stat_t
+	if err := unix.Fstat(t, &st); err != nil {
+		return &Error{Op: "mask socket", Dst: dst, Err: err}
+	}
+	if f := st.Mode & unix.S_IFMT; f == unix.S_IFDIR || f == unix.S_IFLNK {
 		return nil
 	}
 	const empty = "/empty-socket-mask"
@@ -62,7 +87,8 @@ func (b *builder) maskSocket(dst string) error {
 		return &Error{Op: "mask socket", Dst: dst, Err: err}
 	}
 	defer unix.Close(fd)
-	if err := b.attach(fd, dst); err != nil {
+	// Onto the inode looked at above, not a fresh lookup of dst.
+	if err := unix.MoveMount(fd, "", t, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return &Error{Op: "mask socket", Dst: dst, Err: err}
 	}
 	return nil

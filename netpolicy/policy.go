@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync/atomic"
 )
 
@@ -115,6 +116,15 @@ type Config struct {
 	// container bridge, a policy-routing table. They are internal and
 	// blocked (reason "host route ...") unless allowed.
 	HostRoutes []netip.Prefix
+	// ViaDefault are the HostRoutes whose route goes through a default
+	// route's gateway (a static route, DHCP option 121): still internal,
+	// the block's reason says so ([ViaDefaultRoute]), as they are the ones
+	// a user may know to be internet.
+	ViaDefault []netip.Prefix
+	// Internet are ranges the user says are internet (--internet-cidr):
+	// a host route within one of them is not internal. It lifts nothing
+	// else: a built-in range or a connected subnet stays blocked.
+	Internet []netip.Prefix
 	// NAT64 are network-specific NAT64 prefixes the host's resolver
 	// synthesises AAAA records under (RFC 7050). The embedded form of
 	// every blocked IPv4 range under each of them is blocked too.
@@ -255,12 +265,30 @@ hostRoutes:
 		// An allow entry that covers the route wins: the user named
 		// that destination, and a VPN's more specific route must not
 		// take it back.
-		for _, a := range allowed {
-			if a.Addr().Is4() == s.Addr().Is4() && a.Bits() <= s.Bits() && a.Contains(s.Addr()) {
+		for _, a := range slices.Concat(allowed, cfg.Internet) {
+			a = unmapPrefix(a).Masked()
+			if a.IsValid() && a.Addr().Is4() == s.Addr().Is4() && a.Bits() <= s.Bits() && a.Contains(s.Addr()) {
 				continue hostRoutes
 			}
 		}
-		p.addV4(s, actBlock, "host route "+s.String())
+		// A route into a NAT64 prefix (a router's RFC 4191 route for
+		// 64:ff9b::/96, on an IPv6-only network) is the way to the IPv4
+		// internet, not to one network: each address under it is judged
+		// by the IPv4 address it embeds, whose internal forms are rules
+		// of their own (addV4).
+		for _, n := range append([]netip.Prefix{nat64Prefix}, p.nat64...) {
+			if s.Addr().Is6() && n.Bits() <= s.Bits() && n.Contains(s.Addr()) {
+				continue hostRoutes
+			}
+		}
+		reason := "host route " + s.String()
+		for _, v := range cfg.ViaDefault {
+			if v.IsValid() && unmapPrefix(v).Masked() == s {
+				reason += viaDefaultSuffix
+				break
+			}
+		}
+		p.addV4(s, actBlock, reason)
 	}
 	for _, a := range cfg.Allow {
 		pfx, err := checkAllow(a)
@@ -294,6 +322,23 @@ hostRoutes:
 	pol := &Policy{}
 	pol.cur.Store(p)
 	return pol, nil
+}
+
+// viaDefaultSuffix ends the reason of a host route through a default
+// route's gateway.
+const viaDefaultSuffix = " via the default gateway"
+
+// ViaDefaultRoute reports whether rule, a block's reason, is a host route
+// through a default route's gateway ([Config.ViaDefault]), and returns
+// its destination: the exit summary names those, which --internet-cidr
+// exempts when they are internet.
+func ViaDefaultRoute(rule string) (netip.Prefix, bool) {
+	i := strings.Index(rule, "host route ")
+	if i < 0 || !strings.HasSuffix(rule, viaDefaultSuffix) {
+		return netip.Prefix{}, false
+	}
+	p, err := netip.ParsePrefix(strings.TrimSuffix(rule[i+len("host route "):], viaDefaultSuffix))
+	return p, err == nil
 }
 
 // MustNew is New that panics on error, for tests and fixed configurations.

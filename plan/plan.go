@@ -138,6 +138,9 @@ const (
 type Egress struct {
 	// Allow are the --allow-ip (single address) and --allow-cidr entries.
 	Allow []netip.Prefix `json:"allow,omitempty"`
+	// Internet are the --internet-cidr ranges: host routes within them
+	// are not internal.
+	Internet []netip.Prefix `json:"internet,omitempty"`
 	// AllowDomains and DenyDomains are the --allow-domain and
 	// --deny-domain entries, as given (presets unexpanded).
 	AllowDomains []string `json:"allow-domains,omitempty"`
@@ -160,6 +163,9 @@ type Options struct {
 	Net     Net
 	// Allow punches through the egress jail (Net == NetJail only).
 	Allow []netip.Prefix
+	// Internet are ranges the user says are internet (--internet-cidr):
+	// a host route within one is not internal (Net == NetJail only).
+	Internet []netip.Prefix
 	// AllowDomains and DenyDomains are the jail's domain allowlist
 	// (Net == NetJail only; the jail parses and enforces them).
 	AllowDomains, DenyDomains []string
@@ -250,7 +256,9 @@ func Build(opts Options) (*Plan, error) {
 		return nil, errf("unknown network mode %q: use --net=jail, --net=host or --net=none", string(opts.Net))
 	}
 	if p.Net == NetJail {
-		p.Egress = &Egress{Allow: opts.Allow, AllowDomains: opts.AllowDomains, DenyDomains: opts.DenyDomains}
+		p.Egress = &Egress{Allow: opts.Allow, Internet: opts.Internet, AllowDomains: opts.AllowDomains, DenyDomains: opts.DenyDomains}
+	} else if len(opts.Internet) > 0 {
+		return nil, errf("--internet-cidr applies to the egress jail (--net=jail), not --net=%s", p.Net)
 	} else if len(opts.Allow) > 0 {
 		return nil, errf("--allow-ip and --allow-cidr apply to the egress jail (--net=jail), not --net=%s", p.Net)
 	} else if len(opts.AllowDomains)+len(opts.DenyDomains) > 0 {

@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"io/fs"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -75,5 +76,18 @@ func TestHostPortsNeedJail(t *testing.T) {
 		if _, err := Build(Options{Command: []string{"true"}, Net: n, HostPorts: hp, Host: noHost}); err == nil || !strings.Contains(err.Error(), "--net=jail") {
 			t.Errorf("--net=%s with host ports: %v", n, err)
 		}
+	}
+}
+
+// --internet-cidr is the jail's: another network mode refuses it, the
+// jail's plan carries it.
+func TestInternetCIDRNeedsJail(t *testing.T) {
+	in := []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}
+	if _, err := Build(Options{Command: []string{"true"}, Net: NetNone, Internet: in, Host: noHost}); err == nil || !strings.Contains(err.Error(), "--internet-cidr applies to the egress jail") {
+		t.Errorf("--net=none with --internet-cidr: %v", err)
+	}
+	p, err := Build(Options{Command: []string{"true"}, Net: NetJail, Internet: in, Host: noHost})
+	if err != nil || p.Egress == nil || len(p.Egress.Internet) != 1 || p.Egress.Internet[0] != in[0] {
+		t.Errorf("jail plan with --internet-cidr: %+v %v", p, err)
 	}
 }

@@ -31,6 +31,9 @@ type Config struct {
 	AllowWrite []string `json:"allowWrite,omitempty"`
 	// AllowIP are punches through the egress jail (addresses or CIDRs).
 	AllowIP []netip.Prefix `json:"allowIP,omitempty"`
+	// InternetCIDR are ranges the user says are internet
+	// (--internet-cidr): host routes within them are not internal.
+	InternetCIDR []netip.Prefix `json:"internetCIDR,omitempty"`
 	// AllowDomain and DenyDomain are the jail's domain allowlist
 	// (--allow-domain, --deny-domain entries, presets included).
 	AllowDomain []string `json:"allowDomain,omitempty"`
@@ -151,6 +154,15 @@ var configKeys = []configKey{
 	{"egress-jail", func(c *Config, v configValue) error { return setBool(&c.EgressJail, v) }},
 	{"allow-write", func(c *Config, v configValue) error { return addParsed(&c.AllowWrite, v, absPath) }},
 	{"allow-ip", func(c *Config, v configValue) error { return addParsed(&c.AllowIP, v, netpolicy.ParseAllow) }},
+	{"internet-cidr", func(c *Config, v configValue) error {
+		return addParsed(&c.InternetCIDR, v, func(s string) (netip.Prefix, error) {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return p, fmt.Errorf("%q is not a CIDR (e.g. 198.18.0.0/15)", s)
+			}
+			return p.Masked(), nil
+		})
+	}},
 	{"allow-domain", func(c *Config, v configValue) error { return addDomain(&c.AllowDomain, v) }},
 	{"deny-domain", func(c *Config, v configValue) error { return addDomain(&c.DenyDomain, v) }},
 	{"allow-host-port", func(c *Config, v configValue) error {

@@ -175,6 +175,7 @@ func TestConfigKeysTable(t *testing.T) {
 		"egress-jail":        "egress-jail = 0",
 		"allow-write":        "allow-write = /a",
 		"allow-ip":           "allow-ip = 10.1.2.3",
+		"internet-cidr":      "internet-cidr = 198.18.0.0/15",
 		"allow-domain":       "allow-domain = example.com",
 		"deny-domain":        "deny-domain = gist.github.com",
 		"allow-host-port":    "allow-host-port = 11434",

@@ -383,6 +383,7 @@ func Build(in Inputs) (*Launch, error) {
 		Command:   l.Argv,
 		Net:       net,
 		Allow:     cfg.AllowIP,
+		Internet:  cfg.InternetCIDR,
 		HostPorts: cfg.AllowHostPort,
 		Publish:   cfg.Publish,
 		// The domain allowlist, when configured (the jail enforces it).
@@ -404,6 +405,7 @@ func Build(in Inputs) (*Launch, error) {
 	}
 	if !cfg.EgressJail {
 		l.Options.Allow, l.Options.HostPorts, l.Options.Publish = nil, nil, nil
+		l.Options.Internet = nil
 		l.Options.AllowDomains, l.Options.DenyDomains = nil, nil
 	}
 	return l, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -150,6 +151,16 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, usagef("--allow-ip takes one address; use --allow-cidr %s for a range", v)
 			}
 			r.opts.Allow = append(r.opts.Allow, pfx)
+		case "--internet-cidr":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			pfx, err := netip.ParsePrefix(v)
+			if err != nil {
+				return nil, usagef("--internet-cidr: %q is not a CIDR (e.g. 198.18.0.0/15)", v)
+			}
+			r.opts.Internet = append(r.opts.Internet, pfx.Masked())
 		case "--allow-domain", "--deny-domain":
 			v, err := value()
 			if err != nil {

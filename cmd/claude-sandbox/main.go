@@ -201,6 +201,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		if err != nil {
 			return fail(nsexec.ExitSetup, "claude-sandbox %s: egress jail: read the host's network: %v", verb, err)
 		}
+		facts.Internet = opts.Internet
 		if setup, err = jail.PrepareNames(facts, opts.Allow, opts.AllowDomains, opts.DenyDomains); err != nil {
 			// The jail cannot be built: the sandbox could not be, as for
 			// any later step (docs/cli.md, exit status).

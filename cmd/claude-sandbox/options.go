@@ -102,6 +102,10 @@ host: share the host's network, no egress jail;
 none: an empty network namespace with only lo`},
 	{name: "--allow-ip", args: []string{"ADDR"}, section: secNet, help: "let the jail reach ADDR (IPv4 or IPv6), any port"},
 	{name: "--allow-cidr", args: []string{"PREFIX"}, section: secNet, help: "let the jail reach a whole range, e.g. 10.20.0.0/16"},
+	{name: "--internet-cidr", args: []string{"PREFIX"}, section: secNet, help: `treat PREFIX as internet: a host route more specific
+than the default (even through the default gateway)
+makes its destination internal; this lifts the routes
+within PREFIX (not private ranges or the host's subnets)`},
 	{name: "--allow-domain", args: []string{"NAME[:PORT]"}, section: secNet, help: `let the jail reach NAME (any port, or PORT only);
 repeatable. With any --allow-domain the internet is
 default-deny: only these names, --allow-ip/--allow-cidr
