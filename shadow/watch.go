@@ -226,7 +226,6 @@ func Take(w []Watched, host Host) Fingerprint {
 		case errors.Is(err, fs.ErrNotExist):
 		case errors.As(err, &tl):
 			fp.Unchecked[p] = fmt.Sprintf("too large to check (%d bytes, the limit is %d): its changes are not checked", tl.TooLarge(), limit)
-			set(p, "(too large to check)", "unchecked")
 		default:
 			// A link out of its tree, a FIFO, a device: not read, and
 			// what it is (where it leads) is compared.
@@ -356,6 +355,9 @@ func Changes(before, after Fingerprint) []Change {
 		}
 	}
 	for k := range before.Values {
+		if _, unchecked := after.Unchecked[k.Path]; unchecked {
+			continue // not "removed": not read
+		}
 		if _, ok := after.Values[k]; !ok {
 			out = append(out, Change{k.Path, k.Key, "removed"})
 		}
