@@ -1,10 +1,11 @@
 package shadow
 
 import (
+	"bytes"
 	"crypto/sha256"
-	"errors"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -377,15 +378,15 @@ func digest(b []byte) string {
 // jsonKeys digests the named top-level keys of a JSON object; an
 // unparsable file is one digest of the whole.
 func jsonKeys(b []byte, keys []string) map[string]string {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		return map[string]string{"(unparsable)": digest(b)}
-	}
 	out := map[string]string{}
-	for _, k := range keys {
-		if v, ok := m[k]; ok {
-			out[k] = canonical(v)
+	err := eachMember(b, func(k, v []byte) error {
+		if name, ok := keyIs(k, keys...); ok {
+			out[name] = canonical(v)
 		}
+		return nil
+	})
+	if err != nil {
+		return map[string]string{"(unparsable)": digest(b)}
 	}
 	return out
 }
@@ -394,24 +395,31 @@ func jsonKeys(b []byte, keys []string) map[string]string {
 // settings keys at the top and each project's MCP servers.
 func claudeJSONKeys(b []byte) map[string]string {
 	out := jsonKeys(b, settingsCommandKeys)
-	var m struct {
-		Projects map[string]map[string]json.RawMessage `json:"projects"`
-	}
-	if json.Unmarshal(b, &m) != nil {
+	if _, bad := out["(unparsable)"]; bad {
 		return out
 	}
-	for p, pm := range m.Projects {
-		for _, k := range []string{"mcpServers", "enabledMcpjsonServers", "enableAllProjectMcpServers"} {
-			if v, ok := pm[k]; ok && !emptyJSON(v) {
-				out[fmt.Sprintf("projects[%s].%s", p, k)] = canonical(v)
-			}
+	_ = eachMember(b, func(k, projects []byte) error {
+		if _, ok := keyIs(k, "projects"); !ok {
+			return nil
 		}
-	}
+		return eachMember(projects, func(pk, pv []byte) error {
+			return eachMember(pv, func(k, v []byte) error {
+				if name, ok := keyIs(k, "mcpServers", "enabledMcpjsonServers", "enableAllProjectMcpServers"); ok && !emptyJSON(v) {
+					out[fmt.Sprintf("projects[%s].%s", keyString(pk), name)] = canonical(v)
+				}
+				return nil
+			})
+		})
+	})
 	return out
 }
 
-func emptyJSON(v json.RawMessage) bool {
-	s := strings.TrimSpace(string(v))
+func emptyJSON(v []byte) bool {
+	v = bytes.TrimSpace(v)
+	if len(v) > 8 {
+		return false
+	}
+	s := string(v)
 	return s == "{}" || s == "[]" || s == "null" || s == "false"
 }
 
@@ -452,10 +460,6 @@ func scriptPaths(b []byte, home, ws string) []string {
 	if home == "" {
 		return nil
 	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(b, &m) != nil {
-		return nil
-	}
 	var strs []string
 	var walk func(any)
 	walk = func(v any) {
@@ -472,12 +476,13 @@ func scriptPaths(b []byte, home, ws string) []string {
 			}
 		}
 	}
-	for _, k := range settingsCommandKeys {
+	_ = eachMember(b, func(k, raw []byte) error {
 		var v any
-		if raw, ok := m[k]; ok && len(raw) <= 1<<20 && json.Unmarshal(raw, &v) == nil {
+		if _, ok := keyIs(k, settingsCommandKeys...); ok && len(raw) <= 1<<20 && json.Unmarshal(raw, &v) == nil {
 			walk(v)
 		}
-	}
+		return nil
+	})
 	re := scriptPattern(home, ws)
 	seen := map[string]bool{}
 	var out []string
