@@ -55,16 +55,18 @@ func gitOps(in Inputs, writable []string) (ops []mounts.Op, createDirs []string)
 			ops = append(ops, mounts.Op{Kind: mounts.ROBind, Src: p, Dst: p})
 		}
 	}
-	// hooksDir covers a core.hooksPath in common's config, as seen from
-	// the worktree top (a relative one is relative to it).
-	hooksDir := func(top, common string) {
-		hp := hooksPath(read(common + "/config"))
-		if hp == "" || top == "" {
+	// hooksAt covers one core.hooksPath value, as seen from the worktree
+	// top (a relative one is relative to it; "" when unknown).
+	hooksAt := func(top, hp string) {
+		if hp == "" {
 			return
 		}
 		if strings.HasPrefix(hp, "~/") {
 			hp = in.Home + hp[1:]
 		} else if !path.IsAbs(hp) {
+			if top == "" {
+				return
+			}
 			hp = path.Join(top, hp)
 		}
 		hp = path.Clean(hp)
@@ -78,6 +80,23 @@ func gitOps(in Inputs, writable []string) (ops []mounts.Op, createDirs []string)
 		// Optional: created just before the launch; where the caller
 		// cannot create it, the session (same uid) cannot either.
 		ops = append(ops, mounts.Op{Kind: mounts.ROBind, Src: hp, Dst: hp, Optional: true})
+	}
+	// The system's and the user's levels cover every repository (see
+	// gitlevels.go), the workspace itself too: a repository the session
+	// creates there would run them on the host.
+	hostHP := hostHooksPaths(in)
+	for _, hp := range hostHP {
+		hooksAt(ws, hp)
+	}
+	// hooksDir covers every core.hooksPath that applies to the worktree
+	// top of gitdir: the host's levels, common's config, the gitdir's
+	// config.worktree, and what they include.
+	hooksDir := func(top, gitdir, common string) {
+		vals := append(slices.Clone(hostHP), hooksPathsOf(in, common+"/config")...)
+		vals = append(vals, hooksPathsOf(in, gitdir+"/config.worktree")...)
+		for _, hp := range vals {
+			hooksAt(top, hp)
+		}
 	}
 	// commonOf is the gitdir's common directory (commondir names it).
 	commonOf := func(gitdir string) string {
@@ -98,7 +117,7 @@ func gitOps(in Inputs, writable []string) (ops []mounts.Op, createDirs []string)
 			return
 		}
 		if seen[gitdir] {
-			hooksDir(top, commonOf(gitdir))
+			hooksDir(top, gitdir, commonOf(gitdir))
 			return
 		}
 		seen[gitdir] = true
@@ -121,7 +140,7 @@ func gitOps(in Inputs, writable []string) (ops []mounts.Op, createDirs []string)
 				ops = append(ops, mounts.Op{Kind: mounts.ROBind, Src: h, Dst: h, Optional: true})
 			}
 		}
-		hooksDir(top, common)
+		hooksDir(top, gitdir, common)
 		// Submodules' and linked worktrees' gitdirs live inside this one.
 		if depth < 3 && in.ReadDir != nil {
 			for _, sub := range []string{"modules", "worktrees"} {
@@ -186,31 +205,6 @@ func gitOps(in Inputs, writable []string) (ops []mounts.Op, createDirs []string)
 		}
 	}
 	return ops, createDirs
-}
-
-// hooksPath returns core.hooksPath from a git config file's text (the
-// last one wins, as in git), unquoted.
-func hooksPath(cfg string) string {
-	section, val := "", ""
-	for _, line := range strings.Split(cfg, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' || line[0] == ';' {
-			continue
-		}
-		if line[0] == '[' {
-			section = strings.ToLower(strings.Trim(strings.Fields(strings.Trim(line, "[]"))[0], "\""))
-			if i := strings.IndexByte(line, ']'); i >= 0 && strings.TrimSpace(line[i+1:]) != "" {
-				line = strings.TrimSpace(line[i+1:]) // [core] hooksPath = x
-			} else {
-				continue
-			}
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if ok && section == "core" && strings.EqualFold(strings.TrimSpace(k), "hookspath") {
-			val = strings.Trim(strings.TrimSpace(v), "\"")
-		}
-	}
-	return val
 }
 
 // submodulePaths returns the path = values of a .gitmodules text.
