@@ -115,3 +115,46 @@ func TestShadowHostileState(t *testing.T) {
 		})
 	}
 }
+
+// A relative core.hooksPath in the caller's ~/.gitconfig (issue 27: the
+// workspace's .githooks/pre-commit, written inside, ran at the host's
+// next git commit) and one in an included file are read-only inside,
+// while the workspace stays writable.
+func TestShadowGlobalHooksPathReadOnly(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	const session = `#!/bin/sh
+for d in .githooks-global .hooks-included; do
+  mkdir -p "$d" 2>/dev/null
+  if printf 'echo PLANTED\n' > "$d/pre-commit" 2>/dev/null; then echo "plant $d: landed"; else echo "plant $d: refused"; fi
+done
+echo data > data && echo "workspace: ok"
+`
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			home := testutil.MkdirFor(t, uid)
+			ws := filepath.Join(home, "project")
+			must(t, os.MkdirAll(ws, 0o755))
+			must(t, os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[core]\n\thooksPath = .githooks-global\n[include]\n\tpath = ~/.gitconfig.inc\n"), 0o644))
+			must(t, os.WriteFile(filepath.Join(home, ".gitconfig.inc"), []byte("[core]\n\thooksPath = .hooks-included\n"), 0o644))
+			for _, c := range [][]string{{"git", "init", "-q", ws}, {"chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home}} {
+				if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+					t.Fatalf("%v: %v\n%s", c, err, out)
+				}
+			}
+			prelude, claude := shadowHost(t, "egress-jail = 0\n", session)
+			r := runShadow(t, uid, home, ws, prelude, claude, surfaceEnv(home), "-p", "x")
+			if r.Code != 0 || !strings.Contains(r.Stdout, "workspace: ok\n") {
+				t.Fatalf("shadow: %v", r)
+			}
+			for _, d := range []string{".githooks-global", ".hooks-included"} {
+				if !strings.Contains(r.Stdout, "plant "+d+": refused\n") {
+					t.Errorf("%s/pre-commit was writable inside:\n%s", d, r.Stdout)
+				}
+				if _, err := os.Lstat(filepath.Join(ws, d, "pre-commit")); err == nil {
+					t.Errorf("%s/pre-commit landed on the host", d)
+				}
+			}
+		})
+	}
+}
