@@ -57,9 +57,9 @@ func TestShadowHostileState(t *testing.T) {
 				must(t, os.MkdirAll(filepath.Join(home, d), 0o755))
 			}
 			for f, s := range map[string]string{
-				".claude.json":                `{"numStartups":1}`,
-				".config/glab-cli/config.yml": "hosts:\n  gitlab.com:\n    token: t\n",
-				"project/.claude/settings.json": `{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/start.sh"}]}]}}`,
+				".claude.json":                   `{"numStartups":1}`,
+				".config/glab-cli/config.yml":    "hosts:\n  gitlab.com:\n    token: t\n",
+				"project/.claude/settings.json":  `{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/start.sh"}]}]}}`,
 				"project/.claude/hooks/start.sh": "#!/bin/sh\necho start\n",
 			} {
 				must(t, os.WriteFile(filepath.Join(home, f), []byte(s), 0o755))
