@@ -159,8 +159,8 @@ type Host struct {
 	// returns an error with a TooLarge() int64 method (the size).
 	ReadFile func(root, rel string, limit int64) ([]byte, error)
 	// Walk lists every file below a directory with a string that changes
-	// when the file does; nil when it is missing. truncated: a limit
-	// stopped it.
+	// when the file does; nil when it is missing; {"": what it is} when
+	// it is no directory (a symlink). truncated: a limit stopped it.
 	Walk func(root, rel string) (entries map[string]string, truncated bool)
 	// Exists reports whether a path exists (not following a last symlink).
 	Exists func(root, rel string) bool
@@ -252,7 +252,11 @@ func Take(w []Watched, host Host) Fingerprint {
 			}
 			m, trunc := host.Walk(root, rel(root, x.Path))
 			for name, st := range m {
-				set(x.Path+"/"+name, "", st)
+				if name == "" {
+					set(x.Path, "", st) // the tree itself is no directory
+				} else {
+					set(x.Path+"/"+name, "", st)
+				}
 			}
 			if trunc {
 				fp.Unchecked[x.Path] = "too large to check in full (a limit on entries, depth or name bytes was reached): some changes are not checked"

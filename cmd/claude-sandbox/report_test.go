@@ -108,3 +108,37 @@ func TestSessionTreeReader(t *testing.T) {
 		t.Errorf("a file outside every tree: %q %v", b, err)
 	}
 }
+
+// The watch's reads through watchHost: a watched tree replaced by a link
+// out of ~/.claude is reported (never walked), a link inside a tree is
+// recorded with its target, and a settings file linked out of ~/.claude
+// is not read there but compared by its target.
+func TestWatchHostLinks(t *testing.T) {
+	home := t.TempDir()
+	cl := filepath.Join(home, ".claude")
+	for _, d := range []string{cl + "/commands", home + "/elsewhere"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(home+"/elsewhere/settings.json", []byte(`{"hooks":{"x":1}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := []shadow.Watched{{Path: cl + "/commands", Kind: shadow.WatchTree, Root: cl}, {Path: cl + "/agents", Kind: shadow.WatchTree, Root: cl},
+		{Path: cl + "/settings.json", Kind: shadow.WatchClaudeSettings, Root: cl}}
+	host := watchHost(home, "")
+	before := shadow.Take(w, host)
+	for _, c := range [][2]string{{"/", cl + "/agents"}, {home + "/elsewhere", cl + "/commands/sub"}, {home + "/elsewhere/settings.json", cl + "/settings.json"}} {
+		if err := os.Symlink(c[0], c[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, c := range shadow.Changes(before, shadow.Take(w, host)) {
+		got = append(got, c.String())
+	}
+	want := []string{cl + "/agents (added)", cl + "/commands/sub (added)", cl + "/settings.json: (not read: leads out of its tree) (added)"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

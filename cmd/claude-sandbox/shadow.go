@@ -180,7 +180,17 @@ func watchHost(home, ws string) shadow.Host {
 		Walk: func(root, rel string) (map[string]string, bool) {
 			m, trunc, err := beneath.Walk(root, rel, beneath.DefaultLimits)
 			if err != nil {
-				return nil, false
+				// A tree replaced by a link (~/.claude/commands -> /etc)
+				// or a file is compared by what it is.
+				st, lerr := beneath.Lstat(root, rel)
+				if lerr != nil {
+					return nil, false
+				}
+				v := fmt.Sprintf("not a directory: %o", st.Mode)
+				if t, err := beneath.Readlink(root, rel); err == nil {
+					v += " -> " + t
+				}
+				return map[string]string{"": v}, false
 			}
 			return m, trunc
 		},
