@@ -241,12 +241,15 @@ func TestAttackWorkspaceClaudeSettingsReported(t *testing.T) {
 				t.Fatalf("shadow: %v", r)
 			}
 			log, _ := os.ReadFile(filepath.Join(home, ".local/state/claude-sandbox/changes.log"))
-			for _, want := range []string{".claude/settings.local.json: hooks (added)", ".mcp.json: mcpServers (added)"} {
+			for want, logged := range map[string]string{
+				".claude/settings.local.json: hooks (added)": `.claude/settings.local.json","key":"hooks","change":"added"}`,
+				".mcp.json: mcpServers (added)":              `.mcp.json","key":"mcpServers","change":"added"}`,
+			} {
 				if !strings.Contains(r.Stderr, want) {
 					t.Errorf("uid %d: %q not reported on stderr: %s", uid, want, r.Stderr)
 				}
-				if !strings.Contains(string(log), want) {
-					t.Errorf("uid %d: %q not in the change log: %q", uid, want, log)
+				if !strings.Contains(string(log), logged) {
+					t.Errorf("uid %d: %q not in the change log: %q", uid, logged, log)
 				}
 			}
 		})
@@ -697,7 +700,7 @@ func TestAttackSymlinkedDotGit(t *testing.T) {
 			if b, _ := os.ReadFile(ws + "/realgit/config"); string(b) != string(config) || strings.Contains(r.Stdout, "wrote-config") {
 				t.Errorf("uid %d: the config behind the .git symlink changed: %q", uid, b)
 			}
-			if strings.Contains(r.Stdout, "relinked") && !strings.Contains(r.Stderr, ".git (symlink target)") {
+			if strings.Contains(r.Stdout, "relinked") && !strings.Contains(r.Stderr, ".git: (symlink target)") {
 				t.Errorf("uid %d: the .git link was pointed elsewhere and nothing was reported: %s", uid, r.Stderr)
 			}
 		})

@@ -177,13 +177,13 @@ func TestShadowSurfaceNothingPlanted(t *testing.T) {
 			if !strings.Contains(r.Stderr, ".git/commondir (added)") {
 				t.Errorf("the planted .git/commondir was not reported: %s", r.Stderr)
 			}
-			if !strings.Contains(r.Stderr, ".claude/status.sh (a script named by") {
+			if !strings.Contains(r.Stderr, ".claude/status.sh: (a script named by") {
 				t.Errorf("the changed status line script was not reported: %s", r.Stderr)
 			}
 			if !strings.Contains(r.Stderr, "settings.json: hooks (added)") {
 				t.Errorf("the planted hook in ~/.claude/settings.json was not reported: %s", r.Stderr)
 			}
-			if b, err := os.ReadFile(filepath.Join(home, ".local/state/claude-sandbox/changes.log")); err != nil || !strings.Contains(string(b), "settings.json: hooks (added)") {
+			if b, err := os.ReadFile(filepath.Join(home, ".local/state/claude-sandbox/changes.log")); err != nil || !strings.Contains(string(b), `settings.json","key":"hooks","change":"added"}`) {
 				t.Errorf("change log: %q %v", b, err)
 			}
 		})

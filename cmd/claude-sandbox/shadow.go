@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,12 +11,16 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/beneath"
 	"github.com/claude-sandbox/claude-sandbox/internal/install"
 	"github.com/claude-sandbox/claude-sandbox/shadow"
 )
@@ -55,6 +60,9 @@ func shadowMain(args []string, dryRun bool, stdout, stderr io.Writer) int {
 	if wd, err := os.Getwd(); err == nil {
 		in.Cwd = wd
 	}
+	// What the plan reads in trees a session writes (the workspace's
+	// .git files, .gitmodules, ~/.claude) is read beneath them.
+	in.ReadFile = sessionTreeReader(append([]string{in.Home + "/.claude", cfg.WorkspaceRoot, in.Cwd}, cfg.AllowWrite...))
 	if v, _ := os.LookupEnv(shadow.MarkerEnv); v != "1" {
 		in.GitName, in.GitEmail = gitIdentity()
 	}
@@ -92,10 +100,9 @@ func shadowMain(args []string, dryRun bool, stdout, stderr io.Writer) int {
 	if dryRun {
 		return launch("claude", l.Options, runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile}, dryRun, stdout, stderr)
 	}
-	// The watched files are the session's to change: read them as
-	// readRegular does (Claude Code's ~/.claude.json grows large).
-	host := shadow.Host{ReadFile: func(p string) ([]byte, error) { return readRegular(p, 256<<20) }, Walk: walkTree, Home: in.Home,
-		Exists: func(p string) bool { _, err := os.Lstat(p); return err == nil }, Readlink: os.Readlink}
+	// The watched files are the session's to change: read beneath their
+	// tree, bounded (internal/beneath).
+	host := watchHost(in.Home, l.Workspace)
 	before := shadow.Take(l.Watch, host)
 	code := launch("claude", l.Options, runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile}, dryRun, stdout, stderr)
 	reportChanges(in.Home, shadow.Changes(before, shadow.Take(l.Watch, host)), stderr)
@@ -158,20 +165,84 @@ func notePersistWarning(home string) bool {
 	return true
 }
 
+// watchHost reads what the watch compares: beneath each watched path's
+// tree, never following a link out of it, never blocking, bounded.
+func watchHost(home, ws string) shadow.Host {
+	return shadow.Host{
+		ReadFile: func(root, rel string, limit int64) ([]byte, error) {
+			b, err := beneath.ReadFile(root, rel, limit)
+			var tl *beneath.TooLargeError
+			if errors.As(err, &tl) {
+				return nil, tooLargeErr{tl}
+			}
+			return b, err
+		},
+		Walk: func(root, rel string) (map[string]string, bool) {
+			m, trunc, err := beneath.Walk(root, rel, beneath.DefaultLimits)
+			if err != nil {
+				// A tree replaced by a link (~/.claude/commands -> /etc)
+				// or a file is compared by what it is.
+				st, lerr := beneath.Lstat(root, rel)
+				if lerr != nil {
+					return nil, false
+				}
+				v := fmt.Sprintf("not a directory: %o", st.Mode)
+				if t, err := beneath.Readlink(root, rel); err == nil {
+					v += " -> " + t
+				}
+				return map[string]string{"": v}, false
+			}
+			return m, trunc
+		},
+		Exists: func(root, rel string) bool { _, err := beneath.Lstat(root, rel); return err == nil },
+		Readlink: func(root, rel string) (string, error) {
+			if rel == "." {
+				return os.Readlink(root)
+			}
+			return beneath.Readlink(root, rel)
+		},
+		Home: home, Workspace: ws,
+	}
+}
+
+// tooLargeErr says a watched file's size to the shadow package.
+type tooLargeErr struct{ *beneath.TooLargeError }
+
+func (e tooLargeErr) TooLarge() int64 { return e.Size }
+
+// Report bounds: the terminal shows reportTerminalLines changes then
+// "and N more"; changes.log keeps up to reportLogLines of one session.
+const (
+	reportTerminalLines = 20
+	reportLogLines      = 10000
+)
+
 // reportChanges tells the user, on stderr and in the log under
 // ~/.local/state (never bound inside), which command-bearing settings the
 // session changed: they run when Claude Code (or git, or glab) starts
-// outside the sandbox.
-func reportChanges(home string, changes []string, stderr io.Writer) {
+// outside the sandbox. Every path and key is the session's to choose:
+// on the terminal each is shown escaped (control characters, escape
+// sequences and newlines as \xNN, \n: never acted on by the terminal),
+// and the log holds one JSON object per line.
+func reportChanges(home string, changes []shadow.Change, stderr io.Writer) {
 	if len(changes) == 0 {
 		return
 	}
+	now := time.Now().UTC().Format(time.RFC3339)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s this session changed settings that run commands outside the sandbox (review them before starting Claude Code, git or glab outside it):\n", time.Now().UTC().Format(time.RFC3339))
-	for _, c := range changes {
-		fmt.Fprintf(&b, "  %s\n", c)
+	fmt.Fprintf(&b, "claude-sandbox: warning: %s this session changed settings that run commands outside the sandbox (review them before starting Claude Code, git or glab outside it):\n", now)
+	for i, c := range changes {
+		if i == reportTerminalLines {
+			fmt.Fprintf(&b, "  and %d more\n", len(changes)-i)
+			break
+		}
+		line := escapeReport(c.Path)
+		if c.Key != "" {
+			line += ": " + escapeReport(c.Key)
+		}
+		fmt.Fprintf(&b, "  %s (%s)\n", line, escapeReport(c.Change))
 	}
-	fmt.Fprint(stderr, "claude-sandbox: warning: "+b.String())
+	fmt.Fprint(stderr, b.String())
 	log := filepath.Join(home, shadow.LogFile)
 	if err := os.MkdirAll(filepath.Dir(log), 0o700); err != nil {
 		fmt.Fprintln(stderr, "claude-sandbox: warning:", err)
@@ -183,8 +254,48 @@ func reportChanges(home string, changes []string, stderr io.Writer) {
 		return
 	}
 	defer f.Close()
-	_, _ = f.WriteString(b.String())
+	_, _ = f.Write(changeLog(now, changes, reportLogLines))
 	fmt.Fprintf(stderr, "claude-sandbox: recorded in %s\n", log)
+}
+
+// logLine is one line of changes.log.
+type logLine struct {
+	Time   string `json:"time"`
+	Path   string `json:"path,omitempty"`
+	Key    string `json:"key,omitempty"`
+	Change string `json:"change"`
+	More   int    `json:"more,omitempty"`
+}
+
+// changeLog renders changes as JSON lines, at most limit of them and then
+// one {"more": N}. encoding/json escapes every control character, so a
+// newline in a name stays inside its line.
+func changeLog(now string, changes []shadow.Change, limit int) []byte {
+	var out []byte
+	for i, c := range changes {
+		l := logLine{Time: now, Path: c.Path, Key: c.Key, Change: c.Change}
+		if i == limit {
+			l = logLine{Time: now, Change: "not recorded", More: len(changes) - i}
+		}
+		j, _ := json.Marshal(l)
+		out = append(append(out, j...), '\n')
+		if i == limit {
+			break
+		}
+	}
+	return out
+}
+
+// escapeReport shows a session-chosen string on the terminal: as it is
+// when every rune is printable (and no quote or backslash could make it
+// read as an escaped one), else Go-quoted (\x1b, \n, \u202e visible).
+func escapeReport(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) || r == '"' || r == '\\' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 func readDirNames(dir string) ([]string, error) {
@@ -195,7 +306,50 @@ func readDirNames(dir string) ([]string, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return f.Readdirnames(-1)
+	// Bounded: a workspace a session filled with a million names must
+	// not cost the launch their memory; the planning lists (the
+	// workspace's repositories, ~/.cache's entries) are far shorter.
+	names, err := f.Readdirnames(maxDirNames)
+	if err == io.EOF {
+		err = nil
+	}
+	return names, err
+}
+
+const maxDirNames = 100000
+
+// sessionTreeReader reads a host file as readSmallFile does, except that
+// a file below one of the trees (a session's writable places) is read
+// beneath the deepest tree that holds it: no link leads the read out of
+// it (a .git file naming a gitdir through a link to /etc reads nothing).
+func sessionTreeReader(trees []string) func(string) ([]byte, error) {
+	var roots []string
+	for _, t := range trees {
+		if t == "" || !filepath.IsAbs(t) {
+			continue
+		}
+		roots = append(roots, filepath.Clean(t))
+		if r, err := filepath.EvalSymlinks(t); err == nil && r != filepath.Clean(t) {
+			roots = append(roots, r)
+		}
+	}
+	return func(p string) ([]byte, error) {
+		p = filepath.Clean(p)
+		best := ""
+		for _, r := range roots {
+			if (p == r || strings.HasPrefix(p, r+"/") || r == "/") && len(r) > len(best) {
+				best = r
+			}
+		}
+		if best == "" {
+			return readSmallFile(p)
+		}
+		rel, _ := filepath.Rel(best, p)
+		if rel == "." {
+			return nil, &fs.PathError{Op: "read", Path: p, Err: beneath.ErrNotRegular}
+		}
+		return beneath.ReadFile(best, rel, 1<<20)
+	}
 }
 
 // readSmallFile reads a host file the shadow parses (a git config, a .git
@@ -225,28 +379,6 @@ func readRegular(p string, limit int64) ([]byte, error) {
 		return nil, &fs.PathError{Op: "read", Path: p, Err: fmt.Errorf("larger than %d bytes", limit)}
 	}
 	return io.ReadAll(io.LimitReader(f, limit))
-}
-
-// walkTree lists the files below dir with their size, mode and mtime
-// (at most 20000 entries; symlinks are not followed).
-func walkTree(dir string) map[string]string {
-	out := map[string]string{}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || len(out) >= 20000 {
-			return filepath.SkipDir
-		}
-		if d.IsDir() {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = fmt.Sprintf("%d %v %d", fi.Size(), fi.Mode(), fi.ModTime().UnixNano())
-		return nil
-	})
-	return out
 }
 
 // loadConfig reads the shadow's configuration, refusing a file that a

@@ -1,0 +1,160 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+)
+
+// hostileClaude is a session that writes what the launcher reads at exit
+// as an attacker would (issue 27): a 100 MB ~/.claude.json, a command
+// file whose name carries terminal escape sequences and a newline that
+// forge a report line, a pager under a quoted YAML key in glab's config,
+// a rewritten project hook script named through "$CLAUDE_PROJECT_DIR",
+// and a VS Code task that runs when the folder is opened.
+const hostileClaude = `#!/bin/sh
+{ printf '{"hooks":"'; head -c 100000000 /dev/zero | tr '\0' 'a'; printf '"}'; } > "$HOME/.claude.json" && echo "big: ok"
+mkdir -p "$HOME/.claude/commands"
+touch "$HOME/.claude/commands/$(printf 'x\033[2K\033[1A\rforged.md (removed)\n  settings.json: hooks')" && echo "name: ok"
+printf 'hosts:\n  gitlab.com:\n    token: t\n"glab_pager": sh -c evil\n' > "$HOME/.config/glab-cli/config.yml" && echo "glab: ok"
+printf '#!/bin/sh\necho PLANTED\n' > "$PWD/.claude/hooks/start.sh" && echo "hook: ok"
+mkdir -p .vscode && printf '{ // tasks\n "tasks": [{"label": "x", "command": "echo PLANTED", "runOptions": {"runOn": "folderOpen"}},]}\n' > .vscode/tasks.json && echo "vscode: ok"
+exit 0
+`
+
+// runShadowRusage is runShadow returning the peak RSS (KiB) of the
+// launcher and every process it waited for (wait4's ru_maxrss).
+func runShadowRusage(t *testing.T, uid int, home, cwd, prelude, claude string, env []string, args ...string) (testutil.Result, int64) {
+	t.Helper()
+	inner := fmt.Sprintf("%s && cd %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s %s",
+		prelude, cwd, uid, uid, strings.Join(env, " "), claude, strings.Join(args, " "))
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", inner)
+	cmd.Dir = "/"
+	r := testutil.Run(t, cmd)
+	return r, cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+}
+
+// Everything the launcher reads back from a place a session could write
+// is hostile input: a 100 MB ~/.claude.json leaves the launcher under
+// 64 MB of RSS (it is refused by its size, and said so), a forged name
+// arrives escaped on the terminal and as one JSON line in changes.log,
+// and the watch reports the gaps issue 27 found.
+func TestShadowHostileState(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			home := testutil.MkdirFor(t, uid)
+			ws := filepath.Join(home, "project")
+			for _, d := range []string{".claude", ".config/glab-cli", "project/.claude/hooks"} {
+				must(t, os.MkdirAll(filepath.Join(home, d), 0o755))
+			}
+			for f, s := range map[string]string{
+				".claude.json":                   `{"numStartups":1}`,
+				".config/glab-cli/config.yml":    "hosts:\n  gitlab.com:\n    token: t\n",
+				"project/.claude/settings.json":  `{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/start.sh"}]}]}}`,
+				"project/.claude/hooks/start.sh": "#!/bin/sh\necho start\n",
+			} {
+				must(t, os.WriteFile(filepath.Join(home, f), []byte(s), 0o755))
+			}
+			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home).CombinedOutput(); err != nil {
+				t.Fatalf("chown: %v %s", err, out)
+			}
+			prelude, claude := shadowHost(t, "egress-jail = 0\n", hostileClaude)
+			r, rss := runShadowRusage(t, uid, home, ws, prelude, claude, surfaceEnv(home), "-p", "x")
+			if r.Code != 0 {
+				t.Fatalf("shadow: %v", r)
+			}
+			for _, want := range []string{"big: ok", "name: ok", "glab: ok", "hook: ok", "vscode: ok"} {
+				if !strings.Contains(r.Stdout, want+"\n") {
+					t.Fatalf("the session did not write: %q missing\n%v", want, r)
+				}
+			}
+			t.Logf("peak RSS %d KiB\nstderr:\n%s", rss, r.Stderr)
+			if rss >= 64<<10 {
+				t.Errorf("the launcher (and its children) peaked at %d KiB of RSS with a 100 MB ~/.claude.json; want under 64 MiB", rss)
+			}
+			for _, want := range []string{
+				".claude.json (too large to check (100000012 bytes",
+				`x\x1b[2K\x1b[1A\rforged.md (removed)\n  settings.json: hooks" (added)`,
+				"config.yml: glab_pager (added)",
+				"start.sh: (a script named by " + ws + "/.claude/settings.json) (changed)",
+				"tasks.json: tasks[x] (runs on folder open) (added)",
+			} {
+				if !strings.Contains(r.Stderr, want) {
+					t.Errorf("not on stderr: %q", want)
+				}
+			}
+			if strings.ContainsAny(r.Stderr, "\x1b\r") {
+				t.Errorf("a control character reached the terminal: %q", r.Stderr)
+			}
+			b, err := os.ReadFile(filepath.Join(home, ".local/state/claude-sandbox/changes.log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+				var l struct{ Time, Path, Key, Change string }
+				if err := json.Unmarshal([]byte(line), &l); err != nil {
+					t.Errorf("changes.log line is not JSON: %q", line)
+				}
+				if strings.Contains(l.Path, "\x1b[2K") && strings.HasSuffix(l.Path, "\n  settings.json: hooks") {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("the forged name is not one JSON line of changes.log:\n%s", b)
+			}
+		})
+	}
+}
+
+// A relative core.hooksPath in the caller's ~/.gitconfig (issue 27: the
+// workspace's .githooks/pre-commit, written inside, ran at the host's
+// next git commit) and one in an included file are read-only inside,
+// while the workspace stays writable.
+func TestShadowGlobalHooksPathReadOnly(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	const session = `#!/bin/sh
+for d in .githooks-global .hooks-included; do
+  mkdir -p "$d" 2>/dev/null
+  if printf 'echo PLANTED\n' > "$d/pre-commit" 2>/dev/null; then echo "plant $d: landed"; else echo "plant $d: refused"; fi
+done
+echo data > data && echo "workspace: ok"
+`
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			home := testutil.MkdirFor(t, uid)
+			ws := filepath.Join(home, "project")
+			must(t, os.MkdirAll(ws, 0o755))
+			must(t, os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[core]\n\thooksPath = .githooks-global\n[include]\n\tpath = ~/.gitconfig.inc\n"), 0o644))
+			must(t, os.WriteFile(filepath.Join(home, ".gitconfig.inc"), []byte("[core]\n\thooksPath = .hooks-included\n"), 0o644))
+			for _, c := range [][]string{{"git", "init", "-q", ws}, {"chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home}} {
+				if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+					t.Fatalf("%v: %v\n%s", c, err, out)
+				}
+			}
+			prelude, claude := shadowHost(t, "egress-jail = 0\n", session)
+			r := runShadow(t, uid, home, ws, prelude, claude, surfaceEnv(home), "-p", "x")
+			if r.Code != 0 || !strings.Contains(r.Stdout, "workspace: ok\n") {
+				t.Fatalf("shadow: %v", r)
+			}
+			for _, d := range []string{".githooks-global", ".hooks-included"} {
+				if !strings.Contains(r.Stdout, "plant "+d+": refused\n") {
+					t.Errorf("%s/pre-commit was writable inside:\n%s", d, r.Stdout)
+				}
+				if _, err := os.Lstat(filepath.Join(ws, d, "pre-commit")); err == nil {
+					t.Errorf("%s/pre-commit landed on the host", d)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package shadow
+
+const raceEnabled = false
