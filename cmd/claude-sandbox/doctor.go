@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/guard"
+	"github.com/claude-sandbox/claude-sandbox/internal/install"
 	"github.com/claude-sandbox/claude-sandbox/shadow"
 )
 
@@ -102,8 +103,7 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 
 	// The installed layout: only where the shadow is (being) used.
 	fmt.Fprintln(stdout, "The shadow (claude run inside the sandbox; sudo claude-sandbox install sets it up):")
-	prog, progErr := os.ReadFile(guard.Program)
-	sh, shErr := os.ReadFile("/usr/local/bin/claude")
+	_, progErr := os.Stat(guard.Program)
 	settings, setErr := os.ReadFile(guard.ManagedSettings)
 	guarded := setErr == nil && bytes.Contains(settings, []byte(guard.GateCommand))
 	if progErr != nil && errors.Is(progErr, fs.ErrNotExist) && !guarded {
@@ -114,22 +114,12 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 			fix = fmt.Sprintf("%v: sudo claude-sandbox install", progErr)
 		}
 		check(guard.Program, fix)
-		fix = ""
-		if shErr != nil {
-			fix = fmt.Sprintf("no shadow (%v): sudo claude-sandbox install", shErr)
-		} else if progErr == nil && !bytes.Equal(sh, prog) {
-			fix = "it is not claude-sandbox (an updater may have replaced it): sudo claude-sandbox install"
-		}
-		check("the shadow /usr/local/bin/claude", fix)
-		fix = ""
-		if _, err := os.Stat(shadow.RealBinary); err != nil {
-			fix = "the real Claude Code is missing: install Claude Code, then sudo claude-sandbox install"
-		}
-		check("the real binary "+shadow.RealBinary, fix)
+		check("the shadow /usr/local/bin/claude", shadowPlaceFix("/usr/local/bin/claude", guard.Program))
+		check("the real binary "+shadow.RealBinary, realBinaryFix(shadow.RealBinary))
 		fix = ""
 		if home, err := os.UserHomeDir(); err == nil {
 			if _, err := os.Lstat(home + "/.local/bin/claude"); err == nil {
-				fix = home + "/.local/bin/claude exists again (the auto-updater?): it runs Claude unwrapped; sudo claude-sandbox install moves it away"
+				fix = home + "/.local/bin/claude exists again (Claude Code's native installer or its auto-updater): it runs Claude unwrapped; sudo claude-sandbox install moves it away"
 			}
 		}
 		check("no stray ~/.local/bin/claude", fix)
@@ -153,6 +143,43 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "all good")
 	return 0
+}
+
+// shadowPlaceFix says what is wrong at the shadow's place path (the shadow
+// must be the program's bytes, a regular file), or "". A symlink there is
+// a package manager's: npm update -g (or install -g) put its link into
+// node_modules back over the shadow.
+func shadowPlaceFix(path, program string) string {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Sprintf("no shadow (%v): sudo claude-sandbox install", err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		target, _ := os.Readlink(path)
+		if strings.Contains(target, "node_modules") {
+			return fmt.Sprintf("it is npm's link to %s again (npm update -g or npm install -g replaced the shadow): claude runs unwrapped; sudo claude-sandbox install puts the shadow back (and uninstall npm's link)", target)
+		}
+		return fmt.Sprintf("it is a link to %s, not the shadow (an updater replaced it?): claude runs unwrapped; sudo claude-sandbox install", target)
+	}
+	if !fi.Mode().IsRegular() {
+		return "it is not a regular file: move it away, then sudo claude-sandbox install"
+	}
+	if same, err := install.SameFile(path, program); err == nil && !same {
+		return "it is not claude-sandbox (an updater may have replaced it): sudo claude-sandbox install"
+	}
+	return ""
+}
+
+// realBinaryFix says what is wrong with the relocated real binary path,
+// or "". It is a file, or (npm's layout) a link into the package.
+func realBinaryFix(path string) string {
+	if _, err := os.Stat(path); err == nil {
+		return ""
+	}
+	if target, err := os.Readlink(path); err == nil {
+		return fmt.Sprintf("it links to %s, which is gone (npm uninstall, or a package moved by an update?): install Claude Code again (npm install -g @anthropic-ai/claude-code), then sudo claude-sandbox install", target)
+	}
+	return "the real Claude Code is missing: install Claude Code, then sudo claude-sandbox install"
 }
 
 // tunProblem says what keeps path from being the TUN device users can

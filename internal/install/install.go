@@ -720,15 +720,15 @@ func (r *run) planReal(home string) (realPlan, error) {
 }
 
 // planLinkReal plans a real binary in a package manager's tree: the
-// relocated place links to it (relative within the root, so a --prefix
-// tree is whole), and the link on PATH that led to it (src, when --real
+// relocated place links to it (relative within a --prefix root, so that
+// tree is whole; absolute at /), and the link on PATH that led to it (src, when --real
 // or defaultReal named one outside the package, else the shadow's place
 // when it links there) is recorded, and taken away: by the shadow at the
 // shadow's place, else removed. Nothing in the package is touched.
 func (r *run) planLinkReal(rp realPlan) (realPlan, error) {
 	l := r.l
 	rp.linkTo = rp.target
-	if within(l.Root, rp.target) {
+	if l.Root != "/" && within(l.Root, rp.target) {
 		if rel, err := filepath.Rel(filepath.Dir(l.Real()), rp.target); err == nil {
 			rp.linkTo = rel
 		}

@@ -146,3 +146,28 @@ func TestInstallPlainBinaryAtShadow(t *testing.T) {
 		t.Errorf("uninstall did not put back what was there:\n%s\nwant\n%s", after, before)
 	}
 }
+
+// After npm update -g put its link back over the shadow, install again
+// puts the shadow back, and uninstall then puts npm's link back.
+func TestReinstallAfterNPMUpdate(t *testing.T) {
+	s := newScratch(t)
+	bin := npmLayout(t, s)
+	before := s.everything(t)
+	_, err := Install(s.l, s.opts())
+	must(t, err)
+	must(t, os.Remove(s.l.Shadow()))
+	must(t, os.Symlink("../lib/node_modules/@anthropic-ai/claude-code/bin/claude.exe", s.l.Shadow()))
+	_, err = Install(s.l, s.opts())
+	must(t, err)
+	if same, _ := SameFile(s.l.Shadow(), s.self); !same {
+		t.Error("install again did not put the shadow back")
+	}
+	if got, err := filepath.EvalSymlinks(s.l.Real()); err != nil || got != bin {
+		t.Errorf("%s: %q %v", s.l.Real(), got, err)
+	}
+	_, err = Uninstall(s.l, s.opts())
+	must(t, err)
+	if after := s.everything(t); after != before {
+		t.Errorf("uninstall did not put back what was there:\n%s\nwant\n%s", after, before)
+	}
+}
