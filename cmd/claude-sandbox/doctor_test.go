@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/claude-sandbox/claude-sandbox/guard"
 )
 
 // doctor names what an update did to the installed layout: npm's link
@@ -48,5 +50,24 @@ func TestDoctorShadowPlace(t *testing.T) {
 	}
 	if got := realBinaryFix(prog); got != "" {
 		t.Errorf("a real binary in place: %q", got)
+	}
+}
+
+// verify outside the shadow says one verdict: a RESULT line saying where
+// it runs, never NOT INSIDE then SANDBOX LEAKING.
+func TestVerifyOutsideOneVerdict(t *testing.T) {
+	zero := "0000000000000000"
+	sandboxed := "NoNewPrivs:\t1\nCapEff:\t" + zero + "\nCapPrm:\t" + zero + "\nCapBnd:\t" + zero + "\nCapAmb:\t" + zero + "\n"
+	for _, c := range []struct {
+		f    guard.Facts
+		want string
+	}{
+		{guard.Facts{Status: "NoNewPrivs:\t0\nCapEff:\t000001ffffffffff\n"}, "RESULT: NOT INSIDE claude-sandbox"},
+		{guard.Facts{Status: sandboxed}, "RESULT: NOT INSIDE the shadow"},
+	} {
+		got := outsideVerdict(c.f)
+		if !strings.HasPrefix(got, c.want) || strings.Count(got, "RESULT") != 1 || strings.Contains(got, "LEAKING") {
+			t.Errorf("%q: %q, want one verdict starting %q", c.f.Status, got, c.want)
+		}
 	}
 }

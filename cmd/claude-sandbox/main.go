@@ -220,6 +220,10 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		opts.SetEnv = append(opts.SetEnv, [2]string{verify.PublishedEnv, publishedEnv(opts.Publish)})
 	}
 	opts.HostRoot = nsexec.CallerIsHostRoot()
+	if m := verify.CallerUIDMaps(os.Getenv); m != "" {
+		// verify's P54 reads the whole chain of uid maps, as decided here.
+		opts.SetEnv = append(opts.SetEnv, [2]string{verify.CallerUIDMapEnv, m})
+	}
 	if opts.PidsLimit < 0 && !dryRun {
 		fmt.Fprintln(stderr, "claude-sandbox: warning: --pids-limit 0: no process limit, a fork bomb inside can exhaust the host's process table")
 	}
