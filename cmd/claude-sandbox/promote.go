@@ -35,8 +35,16 @@ const (
 )
 
 const postCreateBlock = blockBegin + `
-# Installs the Claude Code sandbox (written by claude-sandbox promote).
-sudo .devcontainer/claude-sandbox/claude-sandbox install --config .devcontainer/claude-sandbox/claude-sandbox.conf
+# Installs the Claude Code sandbox (written by claude-sandbox promote):
+# as root directly (a root container, often without sudo), else with sudo.
+if [ "$(id -u)" -eq 0 ]; then
+  .devcontainer/claude-sandbox/claude-sandbox install --config .devcontainer/claude-sandbox/claude-sandbox.conf
+elif command -v sudo >/dev/null 2>&1; then
+  sudo .devcontainer/claude-sandbox/claude-sandbox install --config .devcontainer/claude-sandbox/claude-sandbox.conf
+else
+  echo "claude-sandbox install needs root: run this script as root, or install sudo" >&2
+  false
+fi
 ` + blockEnd + "\n"
 
 const defaultConf = `# claude-sandbox configuration (see docs/configuration.md).

@@ -334,7 +334,7 @@ func Install(l Layout, o Options) (j *Journal, err error) {
 	}
 	if o.Check != nil && !(j.Dry && o.AppArmor) {
 		if err := o.Check(o.Config); err != nil {
-			return j, fmt.Errorf("refusing: %w", err)
+			return j, fmt.Errorf("refusing: %w (--skip-checks installs anyway, as in an image build where the checks cannot pass yet; claude-sandbox doctor checks later)", err)
 		}
 	}
 	steps := []struct {
