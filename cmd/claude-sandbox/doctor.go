@@ -100,6 +100,9 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 	}
 	check("a sandbox starts for an unprivileged user", startFix)
 	check("/dev/net/tun for the egress jail (--net=jail, the default)", tunProblem("/dev/net/tun"))
+	if startFix == "" {
+		degradedChecks(stdout, check)
+	}
 
 	// The installed layout: only where the shadow is (being) used.
 	fmt.Fprintln(stdout, "The shadow (claude run inside the sandbox; sudo claude-sandbox install sets it up):")
@@ -143,6 +146,76 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "all good")
 	return 0
+}
+
+// degradedChecks names each degraded mode that applies here, with its
+// cost and the exact remedy for the runtime detected (degraded.go): a
+// degraded sandbox is never reported healthy. It starts two sandboxes as
+// the caller: one whose warnings it reads, one that tries a nested user
+// namespace.
+func degradedChecks(stdout io.Writer, check func(name, fix string)) {
+	rt := detectRuntime(realSys)
+	where := "this host"
+	if rt != rtHost {
+		where = "a container (" + string(rt) + ")"
+	}
+	fmt.Fprintf(stdout, "Full strength (running in %s):\n", where)
+	start := func(argv ...string) (string, error) {
+		cmd := exec.Command("/proc/self/exe", append([]string{"run", "--net=none", "--bare", "--"}, argv...)...)
+		cmd.Dir, cmd.Env = "/", []string{"PATH=/usr/bin:/bin"}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	fix := func(m degradedMode) string { return modeCost(m) + "; to fix: " + modeFix(m, rt) }
+	out, _ := start("/bin/true")
+	f := ""
+	if strings.Contains(out, "a fresh /proc was refused") {
+		f = fix(modeProcFallback)
+	}
+	check("a fresh /proc inside the sandbox", f)
+	if unshare, err := exec.LookPath("unshare"); err != nil {
+		fmt.Fprintln(stdout, "--   nested user namespaces: no unshare(1) here to try one with")
+	} else {
+		f = ""
+		if o, err := start(unshare, "--user", "/bin/true"); err != nil {
+			f = fix(modeNoNestedUserNS) + " (unshare --user inside: " + strings.TrimSpace(o) + ")"
+		}
+		check("nested user namespaces inside the sandbox", f)
+	}
+	f = ""
+	if strings.Contains(out, "no process limit") || strings.Contains(out, "process limit not set") {
+		f = fix(modeNoPidsLimit)
+	}
+	check("a process limit for launches by this user", f)
+	f = ""
+	if v := pingRangeProblem(realSys.readFile("/proc/sys/net/ipv4/ping_group_range"), os.Getgid()); v != "" {
+		f = v + ": " + fix(modeNoPing)
+	} else if procSysReadOnly() {
+		f = "/proc/sys is read-only here, so the jail cannot allow ping in its namespace: " + fix(modeNoPing) + "; or " + modeFix(modeProcFallback, rt)
+	}
+	check("ping through the egress jail", f)
+}
+
+// pingRangeProblem says why net.ipv4.ping_group_range (its text) keeps
+// group gid from unprivileged ping sockets, which the jail's ping relay
+// uses on the host, or "".
+func pingRangeProblem(text string, gid int) string {
+	f := strings.Fields(text)
+	if len(f) != 2 {
+		return ""
+	}
+	lo, err1 := strconv.ParseInt(f[0], 10, 64)
+	hi, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil || (int64(gid) >= lo && int64(gid) <= hi) {
+		return ""
+	}
+	return fmt.Sprintf("net.ipv4.ping_group_range is %q, without group %d", strings.Join(f, " "), gid)
+}
+
+// procSysReadOnly reports whether /proc/sys is mounted read-only.
+func procSysReadOnly() bool {
+	var st unix.Statfs_t
+	return unix.Statfs("/proc/sys", &st) == nil && st.Flags&unix.ST_RDONLY != 0
 }
 
 // shadowPlaceFix says what is wrong at the shadow's place path (the shadow

@@ -251,6 +251,9 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		return 0
 	}
 	nopts := nsexec.Options{Early: early}
+	rt := detectRuntime(realSys)
+	// Each degraded mode's warning names its remedy for this runtime.
+	nopts.Warn = func(w string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", w+warningHint(w, rt)) }
 	var logger *slog.Logger
 	if x.debug {
 		l, closeLog, err := debugLogger(x.debugFile, stderr)
@@ -264,9 +267,9 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	if setup != nil {
 		for _, w := range setup.Warnings {
-			fmt.Fprintln(stderr, "claude-sandbox: warning:", w)
+			fmt.Fprintln(stderr, "claude-sandbox: warning:", w+warningHint(w, rt))
 		}
-		jo := jail.Options{Summary: stderr, MaxUDPFlows: x.udpFlows, UDPIdleTimeout: x.udpIdle, Logger: logger, Warn: func(m string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", m) }}
+		jo := jail.Options{Summary: stderr, MaxUDPFlows: x.udpFlows, UDPIdleTimeout: x.udpIdle, Logger: logger, Warn: func(m string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", m+warningHint(m, rt)) }}
 		jo.HostPorts = p.Egress.HostPorts
 		if len(p.Egress.Publish) > 0 {
 			// Before the sandbox starts: a port in use fails the launch.
@@ -303,6 +306,9 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "claude-sandbox:", err)
+		if h := setupHint(err.Error(), rt, realSys); h != "" {
+			fmt.Fprintln(stderr, "claude-sandbox:", h)
+		}
 	}
 	if o := openings(p); o != "" {
 		fmt.Fprintln(stderr, "claude-sandbox:", o)
