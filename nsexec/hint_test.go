@@ -16,8 +16,8 @@ func TestUserNSHint(t *testing.T) {
 		{map[string]string{"user.max_user_namespaces": "0", "kernel.apparmor_restrict_unprivileged_userns": "1"}, []string{"max_user_namespaces", "AppArmor"}},
 		{map[string]string{"user.max_user_namespaces": "1000"}, []string{"seem unavailable", "seccomp"}},
 	}
-	defer func(m, f func() bool) { procMasked, seccompFiltered = m, f }(procMasked, seccompFiltered)
-	procMasked, seccompFiltered = func() bool { return false }, func() bool { return true }
+	defer func(m, f, i func() bool) { procMasked, seccompFiltered, insideSandbox = m, f, i }(procMasked, seccompFiltered, insideSandbox)
+	procMasked, seccompFiltered, insideSandbox = func() bool { return false }, func() bool { return true }, func() bool { return false }
 	for _, c := range cases {
 		got := userNSHint(func(k string) (string, bool) { v, ok := c.sysctls[k]; return v, ok })
 		for _, w := range c.want {
@@ -29,21 +29,38 @@ func TestUserNSHint(t *testing.T) {
 }
 
 // A sandbox inside a sandbox in the /proc fallback (or a container with a
-// masked /proc) is told the real cause, the read-only or masked /proc,
-// with the runtimes' flags, never seccomp=unconfined; without a seccomp
-// filter in force, seccomp is not advised either.
+// masked /proc and no seccomp filter) is told the real cause, the
+// read-only or masked /proc, with the runtimes' flags, never
+// seccomp=unconfined; a container under a filter (Docker's defaults) is
+// told seccomp, and the unmask flag too when /proc is masked.
 func TestUserNSHintProcAndSeccomp(t *testing.T) {
-	defer func(m, f func() bool) { procMasked, seccompFiltered = m, f }(procMasked, seccompFiltered)
+	defer func(m, f, i func() bool) { procMasked, seccompFiltered, insideSandbox = m, f, i }(procMasked, seccompFiltered, insideSandbox)
 	none := func(string) (string, bool) { return "", false }
-	for _, seccomp := range []bool{true, false} {
-		procMasked, seccompFiltered = func() bool { return true }, func() bool { return seccomp }
-		got := userNSHint(none)
-		if strings.Contains(got, "seccomp=unconfined") || !strings.Contains(got, "systempaths=unconfined") || !strings.Contains(got, "unmask=ALL") || !strings.Contains(got, "/proc") {
-			t.Errorf("masked /proc, seccomp filter %v: %q", seccomp, got)
-		}
+	set := func(masked, filtered, inside bool) {
+		procMasked = func() bool { return masked }
+		seccompFiltered = func() bool { return filtered }
+		insideSandbox = func() bool { return inside }
 	}
-	procMasked, seccompFiltered = func() bool { return false }, func() bool { return false }
-	if got := userNSHint(none); strings.Contains(got, "seccomp=unconfined") {
-		t.Errorf("no seccomp filter in force, yet: %q", got)
+	for _, c := range []struct {
+		masked, filtered, inside bool
+		want, never              []string
+	}{
+		{true, true, true, []string{"/proc", "systempaths=unconfined", "unmask=ALL"}, []string{"seccomp=unconfined"}},   // sandbox in a sandbox, fallback
+		{true, false, false, []string{"/proc", "systempaths=unconfined", "unmask=ALL"}, []string{"seccomp=unconfined"}}, // seccomp=unconfined container
+		{true, true, false, []string{"seccomp=unconfined", "systempaths=unconfined"}, nil},                              // Docker's defaults
+		{false, false, false, []string{"no seccomp filter"}, []string{"seccomp=unconfined"}},
+	} {
+		set(c.masked, c.filtered, c.inside)
+		got := userNSHint(none)
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("masked %v, filtered %v, inside %v: %q lacks %q", c.masked, c.filtered, c.inside, got, w)
+			}
+		}
+		for _, w := range c.never {
+			if strings.Contains(got, w) {
+				t.Errorf("masked %v, filtered %v, inside %v: %q advises %q", c.masked, c.filtered, c.inside, got, w)
+			}
+		}
 	}
 }
