@@ -328,7 +328,11 @@ func setMeta(fd int, st *unix.Stat_t, perm uint32, times []unix.Timespec, to str
 	if err := unix.Fchmod(fd, perm); err != nil {
 		return &fs.PathError{Op: "chmod", Path: to, Err: err}
 	}
-	_ = unix.UtimesNanoAt(fd, "", times, unix.AT_EMPTY_PATH)
+	if unix.UtimesNanoAt(fd, "", times, unix.AT_EMPTY_PATH) != nil {
+		// Kernels whose utimensat takes no AT_EMPTY_PATH: the descriptor's
+		// own magic link, which names exactly this file.
+		_ = unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), times, 0)
+	}
 	return nil
 }
 
