@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 )
 
 // crossFS makes adopt's rename fail as it does across filesystems (the
@@ -132,5 +134,34 @@ func TestAdoptCopySwapBelow(t *testing.T) {
 	_, _ = Install(s.l, o)
 	if ents, _ := os.ReadDir(victimDir); len(ents) != 0 {
 		t.Errorf("the copy wrote into the link's target: %v", ents)
+	}
+}
+
+// A real second filesystem (a tmpfs for the shared directory): the rename
+// fails with EXDEV and the descriptor copy runs, keeping owners (a file
+// of another uid stays that uid's) and leaving the home's copy replaced
+// by the link.
+func TestAdoptCopyRealTmpfs(t *testing.T) {
+	testutil.NeedsRoot(t)
+	s := newScratch(t)
+	state := filepath.Join(s.l.Root, "state")
+	must(t, os.MkdirAll(state, 0o755))
+	must(t, unix.Mount("tmpfs", state, "tmpfs", 0, "size=16m"))
+	t.Cleanup(func() { _ = unix.Unmount(state, unix.MNT_DETACH) })
+	home := s.l.UserHome()
+	write(t, filepath.Join(home, ".claude/projects/log.jsonl"), "line\n", 0o640)
+	must(t, os.Lchown(filepath.Join(home, ".claude/projects/log.jsonl"), 1234, 1234))
+	o := s.opts()
+	o.Shared = "/state/claude"
+	_, err := Install(s.l, o)
+	must(t, err)
+	copied := filepath.Join(state, "claude/.claude/projects/log.jsonl")
+	var st unix.Stat_t
+	must(t, unix.Lstat(copied, &st))
+	if st.Uid != 1234 || st.Mode&0o777 != 0o640 {
+		t.Errorf("the copy: uid %d mode %o, want 1234 0640", st.Uid, st.Mode&0o777)
+	}
+	if l, err := os.Readlink(filepath.Join(home, ".claude")); err != nil || l != "/state/claude/.claude" {
+		t.Errorf("~/.claude: %q %v", l, err)
 	}
 }
