@@ -196,3 +196,20 @@ func TestMapUID(t *testing.T) {
 		}
 	}
 }
+
+// The launcher sets the chain only below the initial user namespace (here,
+// as the tests run, nothing); in a user namespace of its own it records
+// its map, then the chain above.
+func TestCallerUIDMaps(t *testing.T) {
+	testutil.NeedsRoot(t)
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(strings.Fields(string(b)), " ") != "0 0 4294967295" {
+		t.Fatalf("this test runs in the initial user namespace; uid_map %q", b)
+	}
+	if got := CallerUIDMaps(func(string) string { return "" }); got != "" {
+		t.Errorf("in the initial user namespace: %q, want none", got)
+	}
+}

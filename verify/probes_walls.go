@@ -157,8 +157,9 @@ func setIDProbe(e *Env) (Status, string) {
 const CallerUIDMapEnv = "CLAUDE_SANDBOX_CALLER_UID_MAP"
 
 // CallerUIDMaps is CallerUIDMapEnv's value for a sandbox this process
-// starts: its own uid map, then the chain it was given, if any ("" when
-// its map is unreadable).
+// starts: its own uid map, then the chain it was given, if any. It is ""
+// (the variable is not set) in the initial user namespace, whose map is
+// the identity and has no level above, and when the map is unreadable.
 func CallerUIDMaps(getenv func(string) string) string {
 	b, err := os.ReadFile("/proc/self/uid_map")
 	if err != nil {
@@ -169,6 +170,9 @@ func CallerUIDMaps(getenv func(string) string) string {
 		if f := strings.Fields(l); len(f) == 3 {
 			lines = append(lines, strings.Join(f, " "))
 		}
+	}
+	if len(lines) == 1 && lines[0] == "0 0 4294967295" {
+		return ""
 	}
 	v := strings.Join(lines, ",")
 	if up := getenv(CallerUIDMapEnv); up != "" {
