@@ -171,3 +171,50 @@ func TestReinstallAfterNPMUpdate(t *testing.T) {
 		t.Errorf("uninstall did not put back what was there:\n%s\nwant\n%s", after, before)
 	}
 }
+
+// Over npm's layout a dry run changes nothing and lists exactly what the
+// real run then does, for install and uninstall; and a failure after any
+// install step leaves npm's layout byte for byte.
+func TestNPMLayoutDryRunAndRollback(t *testing.T) {
+	s := newScratch(t)
+	npmLayout(t, s)
+	o := s.opts()
+	summary := func(j *Journal) string {
+		var lines []string
+		for _, c := range j.Changes {
+			lines = append(lines, c.Step+" "+c.String())
+		}
+		return strings.Join(lines, "\n")
+	}
+	for _, verb := range []string{"install", "uninstall"} {
+		run := Install
+		if verb == "uninstall" {
+			run = Uninstall
+		}
+		before := s.everything(t)
+		o.DryRun = true
+		dry, err := run(s.l, o)
+		must(t, err)
+		if after := s.everything(t); after != before {
+			t.Fatalf("%s --dry-run changed the tree:\n%s", verb, after)
+		}
+		o.DryRun = false
+		real, err := run(s.l, o)
+		must(t, err)
+		if summary(dry) != summary(real) {
+			t.Errorf("%s: the dry run listed\n%s\nthe real run made\n%s", verb, summary(dry), summary(real))
+		}
+	}
+	before := s.everything(t)
+	for _, step := range []string{"real", "binaries", "state", "real-source"} {
+		failAfter = step
+		_, err := Install(s.l, o)
+		failAfter = ""
+		if err == nil {
+			t.Fatalf("failing after %s: install succeeded", step)
+		}
+		if after := s.everything(t); after != before {
+			t.Errorf("failing after %s: the tree changed:\n%s", step, after)
+		}
+	}
+}

@@ -77,6 +77,7 @@ func (r *run) restoreReal() error {
 		linkTarget = filepath.Join(filepath.Dir(st.RealOrigin), linkTarget)
 	}
 	_, linkErr := os.Stat(linkTarget)
+	madeWay := false // the shadow was removed (a dry run only records that)
 	if st.RealOrigin == l.Shadow() {
 		// The real one was at the shadow's place (npm's link, or a plain
 		// binary): the shadow makes way for it, when it is still ours.
@@ -88,10 +89,10 @@ func (r *run) restoreReal() error {
 		if _, err := j.remove(l.Shadow(), "the shadow, making way for the real Claude Code"); err != nil {
 			return err
 		}
-		r.keepShadow = true
+		r.keepShadow, madeWay = true, true
 	}
 	switch {
-	case func() bool { _, err := os.Lstat(st.RealOrigin); return err == nil }():
+	case !madeWay && func() bool { _, err := os.Lstat(st.RealOrigin); return err == nil }():
 		r.warn("%s exists (a newer Claude Code?): left as it is", st.RealOrigin)
 	case st.RealLink != "" && linkErr == nil:
 		// It was the installer's symlink into its versions directory,
