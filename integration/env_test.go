@@ -2,6 +2,7 @@ package integration
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -56,6 +57,15 @@ func TestProcFallback(t *testing.T) {
 	}
 	if !strings.Contains(r.Stdout, "read-only") || !strings.Contains(r.Stdout, "masked-kept") {
 		t.Errorf("fallback /proc: %q; want it read-only and the container's over-mount kept", r.Stdout)
+	}
+	// The warning names the remedy (an unmasked /proc), never seccomp.
+	if !strings.Contains(r.Stderr, "; to fix: ") || !strings.Contains(r.Stderr, "/proc") || strings.Contains(r.Stderr, "seccomp") {
+		t.Errorf("the fallback's warning names no remedy, or the wrong one: %q", r.Stderr)
+	}
+	// doctor names the degraded mode as a FIX line and exits 1.
+	d := testutil.Run(t, exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", "mount --bind /dev/null "+masked+" && exec "+bin+" doctor"))
+	if d.Code != 1 || !strings.Contains(d.Stdout, "FIX  a fresh /proc inside the sandbox: the sandbox falls back") || !strings.Contains(d.Stdout, "to fix: ") {
+		t.Errorf("doctor in the /proc fallback: %v; want a FIX line naming it", d)
 	}
 }
 

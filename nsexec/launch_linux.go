@@ -794,9 +794,68 @@ func userNSHint(sysctl func(string) (string, bool)) string {
 		hints = append(hints, "AppArmor restricts unprivileged user namespaces: install an AppArmor profile for this binary, or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0")
 	}
 	if len(hints) == 0 {
-		return "unprivileged user namespaces seem unavailable (in a container, run it with --security-opt seccomp=unconfined or a profile that allows clone with CLONE_NEWUSER; check user.max_user_namespaces)"
+		const unmask = "run the outermost container with an unmasked /proc (Docker: --security-opt systempaths=unconfined; Podman: --security-opt unmask=ALL)"
+		masked := procMasked()
+		if masked && (!seccompFiltered() || insideSandbox()) {
+			// Seccomp is not the cause to name here (a sandbox inside a
+			// sandbox in the /proc fallback runs under its own filter,
+			// which allows this; or no filter is in force): /proc is.
+			return "this /proc is read-only or partly masked (a container runtime's masks, or a sandbox running in the /proc fallback): the kernel refuses new user namespaces a fresh procfs here; " + unmask
+		}
+		if !seccompFiltered() {
+			return "unprivileged user namespaces seem unavailable, and no seccomp filter is in force here: check user.max_user_namespaces and the container's capabilities and user namespace setup"
+		}
+		h := "unprivileged user namespaces seem unavailable (in a container, run it with --security-opt seccomp=unconfined or a profile that allows clone with CLONE_NEWUSER; check user.max_user_namespaces)"
+		if masked {
+			h += "; and for full strength " + unmask
+		}
+		return h
 	}
 	return strings.Join(hints, "; ")
+}
+
+// procMasked reports whether /proc is mounted read-only or has mounts over
+// parts of it (a container runtime's masks, such as /dev/null over
+// /proc/kcore, or the read-only /proc/sys): a test replaces it.
+var procMasked = func() bool {
+	var st unix.Statfs_t
+	if unix.Statfs("/proc", &st) == nil && st.Flags&unix.ST_RDONLY != 0 {
+		return true
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], "/proc/") && !strings.HasPrefix(f[4], "/proc/sys/fs/binfmt_misc") {
+			return true
+		}
+	}
+	return false
+}
+
+// insideSandbox reports whether this process runs in a claude-sandbox
+// sandbox (no_new_privs and the marker): a test replaces it.
+var insideSandbox = func() bool {
+	b, _ := os.ReadFile("/proc/self/status")
+	if !strings.Contains(string(b), "NoNewPrivs:\t1") {
+		return false
+	}
+	_, err := os.Lstat("/tmp/.claude-sandbox")
+	return err == nil || os.Getenv("IS_SANDBOX") == "1"
+}
+
+// seccompFiltered reports whether a seccomp filter is in force here
+// (/proc/self/status Seccomp: 2): a test replaces it.
+var seccompFiltered = func() bool {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Seccomp:"); ok {
+			return strings.TrimSpace(v) != "0"
+		}
+	}
+	return true
 }
 
 // terminal is the host side of the command's pty: the master (opened by

@@ -9,6 +9,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 	"github.com/claude-sandbox/claude-sandbox/mounts"
 )
 
@@ -133,7 +134,7 @@ func TestSetIDProbe(t *testing.T) {
 	ws := t.TempDir()
 	st, ev := setIDProbe(&Env{Workspace: ws})
 	want := Blocked
-	if os.Geteuid() == 0 && mapsRootToRoot() {
+	if h, known := hostUID(&Env{}, 0); os.Geteuid() == 0 && (!known || h == 0) {
 		want = Escaped
 	}
 	if st != want {
@@ -144,5 +145,71 @@ func TestSetIDProbe(t *testing.T) {
 	}
 	if st, _ := setIDProbe(&Env{}); st != Skip {
 		t.Errorf("P54 without a workspace: %s, want SKIP", st)
+	}
+}
+
+// P54 reads the whole chain of uid maps, as the launcher decides who is
+// host root: under rootless Podman the container's uid 0 (the sandbox's,
+// mapped 0 to 0 one level up) is the rootless user on the host, so a
+// set-user-ID file of uid 0 in the workspace is no escape. The launcher
+// records the levels above (CallerUIDMapEnv); a chain whose top maps 0 to
+// 0 is still host root.
+func TestSetIDProbeUIDMapChain(t *testing.T) {
+	testutil.NeedsRoot(t) // the probe's file must be uid 0
+	if h, _ := hostUID(&Env{}, 0); h != 0 {
+		t.Fatal("this test must run where uid 0 is host root (the chain is given above it)")
+	}
+	for _, c := range []struct {
+		chain string
+		want  Status
+	}{
+		{"0 1000 1,1 100000 65536", Blocked},           // rootless Podman, container root
+		{"0 0 65536|0 1000 1,1 100000 65536", Blocked}, // nested: a user namespace inside it
+		{"0 0 4294967295", Escaped},                    // rootful: host root
+		{"0 0 65536|0 0 4294967295", Escaped},          // nested, host root at the top
+		{"1 100000 65536", Blocked},                    // uid 0 not mapped above: the overflow uid
+	} {
+		env := map[string]string{CallerUIDMapEnv: c.chain}
+		ws := t.TempDir()
+		st, ev := setIDProbe(&Env{Workspace: ws, Getenv: func(k string) string { return env[k] }})
+		if st != c.want {
+			t.Errorf("P54 with the chain %q above: %s %s, want %s", c.chain, st, ev, c.want)
+		}
+	}
+}
+
+func TestMapUID(t *testing.T) {
+	for _, c := range []struct {
+		m      string
+		uid    uint32
+		want   uint32
+		wantOK bool
+	}{
+		{"0 1000 1\n1 100000 65536", 0, 1000, true},
+		{"0 1000 1\n1 100000 65536", 5, 100004, true},
+		{"0 1000 1\n1 100000 65536", 65537, 0, false},
+		{"         0          0 4294967295\n", 7, 7, true},
+		{"", 0, 0, false},
+	} {
+		if got, ok := mapUID(c.m, c.uid); got != c.want || ok != c.wantOK {
+			t.Errorf("mapUID(%q, %d) = %d %v, want %d %v", c.m, c.uid, got, ok, c.want, c.wantOK)
+		}
+	}
+}
+
+// The launcher sets the chain only below the initial user namespace (here,
+// as the tests run, nothing); in a user namespace of its own it records
+// its map, then the chain above.
+func TestCallerUIDMaps(t *testing.T) {
+	testutil.NeedsRoot(t)
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(strings.Fields(string(b)), " ") != "0 0 4294967295" {
+		t.Fatalf("this test runs in the initial user namespace; uid_map %q", b)
+	}
+	if got := CallerUIDMaps(func(string) string { return "" }); got != "" {
+		t.Errorf("in the initial user namespace: %q, want none", got)
 	}
 }

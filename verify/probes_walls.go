@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -137,23 +138,94 @@ func setIDProbe(e *Env) (Status, string) {
 	if st.Mode&unix.S_ISUID == 0 {
 		return Blocked, "chmod 4755 left no set-user-ID bit"
 	}
-	if st.Uid == 0 && mapsRootToRoot() {
+	if host, known := hostUID(e, st.Uid); known && host == 0 {
 		return Escaped, "a set-user-ID file owned by host root stayed in the workspace (" + name + ")"
 	}
 	return Blocked, fmt.Sprintf("the bit holds on a file of uid %d, which is not host root: it runs as the caller, no more", st.Uid)
 }
 
-// mapsRootToRoot reports whether this user namespace maps uid 0 to host
-// uid 0 (a root caller's sandbox).
-func mapsRootToRoot() bool {
+// CallerUIDMapEnv is the variable the launcher sets inside to the chain
+// of uid maps above the sandbox: its own /proc/self/uid_map (the
+// caller's namespace in its parent), then what it found in the same
+// variable (the levels above a nested launcher). Levels are separated by
+// "|", a level's lines by ",". Nothing inside could read them otherwise:
+// a user namespace's /proc/self/uid_map shows one level only, and its
+// parent is out of reach. Under rootless Podman the sandbox maps uid 0 to
+// the container's uid 0, which is the rootless user on the host: only
+// the whole chain says so, as the launcher decides (nsexec.CallerIsHostRoot
+// reads the caller's level).
+const CallerUIDMapEnv = "CLAUDE_SANDBOX_CALLER_UID_MAP"
+
+// CallerUIDMaps is CallerUIDMapEnv's value for a sandbox this process
+// starts: its own uid map, then the chain it was given, if any. It is ""
+// (the variable is not set) in the initial user namespace, whose map is
+// the identity and has no level above, and when the map is unreadable.
+func CallerUIDMaps(getenv func(string) string) string {
 	b, err := os.ReadFile("/proc/self/uid_map")
 	if err != nil {
-		return true // unknown: assume the worst
+		return ""
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "0" && f[1] == "0" {
-			return true
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 3 {
+			lines = append(lines, strings.Join(f, " "))
 		}
 	}
-	return false
+	if len(lines) == 1 && lines[0] == "0 0 4294967295" {
+		return ""
+	}
+	v := strings.Join(lines, ",")
+	if up := getenv(CallerUIDMapEnv); up != "" {
+		v += "|" + up
+	}
+	return v
+}
+
+// hostUID maps uid, as this namespace sees it, up through the whole chain
+// of uid maps: this namespace's own, then the levels the launchers
+// recorded (CallerUIDMapEnv); the last level's parent counts as the host.
+// known is false when this namespace's map cannot be read (the caller
+// assumes the worst). A level that does not map the uid leaves it the
+// overflow uid, no one's: not host root.
+func hostUID(e *Env, uid uint32) (host uint32, known bool) {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return uid, uid == 0
+	}
+	levels := []string{string(b)}
+	if e.Getenv != nil {
+		if up := e.Getenv(CallerUIDMapEnv); up != "" {
+			for _, l := range strings.Split(up, "|") {
+				levels = append(levels, strings.ReplaceAll(l, ",", "\n"))
+			}
+		}
+	}
+	for _, m := range levels {
+		next, ok := mapUID(m, uid)
+		if !ok {
+			return 65534, true
+		}
+		uid = next
+	}
+	return uid, true
+}
+
+// mapUID maps uid through one uid_map's text (inside outside count lines).
+func mapUID(uidMap string, uid uint32) (uint32, bool) {
+	for _, line := range strings.Split(uidMap, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		in, err1 := strconv.ParseUint(f[0], 10, 32)
+		out, err2 := strconv.ParseUint(f[1], 10, 32)
+		n, err3 := strconv.ParseUint(f[2], 10, 32)
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue
+		}
+		if uint64(uid) >= in && uint64(uid) < in+n {
+			return uint32(out + uint64(uid) - in), true
+		}
+	}
+	return 0, false
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/guard"
+	"github.com/claude-sandbox/claude-sandbox/internal/install"
 	"github.com/claude-sandbox/claude-sandbox/shadow"
 )
 
@@ -99,11 +100,13 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 	}
 	check("a sandbox starts for an unprivileged user", startFix)
 	check("/dev/net/tun for the egress jail (--net=jail, the default)", tunProblem("/dev/net/tun"))
+	if startFix == "" {
+		degradedChecks(stdout, check)
+	}
 
 	// The installed layout: only where the shadow is (being) used.
 	fmt.Fprintln(stdout, "The shadow (claude run inside the sandbox; sudo claude-sandbox install sets it up):")
-	prog, progErr := os.ReadFile(guard.Program)
-	sh, shErr := os.ReadFile("/usr/local/bin/claude")
+	_, progErr := os.Stat(guard.Program)
 	settings, setErr := os.ReadFile(guard.ManagedSettings)
 	guarded := setErr == nil && bytes.Contains(settings, []byte(guard.GateCommand))
 	if progErr != nil && errors.Is(progErr, fs.ErrNotExist) && !guarded {
@@ -114,22 +117,12 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 			fix = fmt.Sprintf("%v: sudo claude-sandbox install", progErr)
 		}
 		check(guard.Program, fix)
-		fix = ""
-		if shErr != nil {
-			fix = fmt.Sprintf("no shadow (%v): sudo claude-sandbox install", shErr)
-		} else if progErr == nil && !bytes.Equal(sh, prog) {
-			fix = "it is not claude-sandbox (an updater may have replaced it): sudo claude-sandbox install"
-		}
-		check("the shadow /usr/local/bin/claude", fix)
-		fix = ""
-		if _, err := os.Stat(shadow.RealBinary); err != nil {
-			fix = "the real Claude Code is missing: install Claude Code, then sudo claude-sandbox install"
-		}
-		check("the real binary "+shadow.RealBinary, fix)
+		check("the shadow /usr/local/bin/claude", shadowPlaceFix("/usr/local/bin/claude", guard.Program))
+		check("the real binary "+shadow.RealBinary, realBinaryFix(shadow.RealBinary))
 		fix = ""
 		if home, err := os.UserHomeDir(); err == nil {
 			if _, err := os.Lstat(home + "/.local/bin/claude"); err == nil {
-				fix = home + "/.local/bin/claude exists again (the auto-updater?): it runs Claude unwrapped; sudo claude-sandbox install moves it away"
+				fix = home + "/.local/bin/claude exists again (Claude Code's native installer or its auto-updater): it runs Claude unwrapped; sudo claude-sandbox install moves it away"
 			}
 		}
 		check("no stray ~/.local/bin/claude", fix)
@@ -153,6 +146,113 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "all good")
 	return 0
+}
+
+// degradedChecks names each degraded mode that applies here, with its
+// cost and the exact remedy for the runtime detected (degraded.go): a
+// degraded sandbox is never reported healthy. It starts two sandboxes as
+// the caller: one whose warnings it reads, one that tries a nested user
+// namespace.
+func degradedChecks(stdout io.Writer, check func(name, fix string)) {
+	rt := detectRuntime(realSys)
+	where := "this host"
+	if rt != rtHost {
+		where = "a container (" + string(rt) + ")"
+	}
+	fmt.Fprintf(stdout, "Full strength (running in %s):\n", where)
+	start := func(argv ...string) (string, error) {
+		cmd := exec.Command("/proc/self/exe", append([]string{"run", "--net=none", "--bare", "--"}, argv...)...)
+		cmd.Dir, cmd.Env = "/", []string{"PATH=/usr/bin:/bin"}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	fix := func(m degradedMode) string { return modeCost(m) + "; to fix: " + modeFix(m, rt) }
+	out, _ := start("/bin/true")
+	f := ""
+	if strings.Contains(out, "a fresh /proc was refused") {
+		f = fix(modeProcFallback)
+	}
+	check("a fresh /proc inside the sandbox", f)
+	if unshare, err := exec.LookPath("unshare"); err != nil {
+		fmt.Fprintln(stdout, "--   nested user namespaces: no unshare(1) here to try one with")
+	} else {
+		f = ""
+		if o, err := start(unshare, "--user", "/bin/true"); err != nil {
+			f = fix(modeNoNestedUserNS) + " (unshare --user inside: " + strings.TrimSpace(o) + ")"
+		}
+		check("nested user namespaces inside the sandbox", f)
+	}
+	f = ""
+	if strings.Contains(out, "no process limit") || strings.Contains(out, "process limit not set") {
+		f = fix(modeNoPidsLimit)
+	}
+	check("a process limit for launches by this user", f)
+	f = ""
+	if v := pingRangeProblem(realSys.readFile("/proc/sys/net/ipv4/ping_group_range"), os.Getgid()); v != "" {
+		f = v + ": " + fix(modeNoPing)
+	} else if procSysReadOnly() {
+		f = "/proc/sys is read-only here, so the jail cannot allow ping in its namespace: " + fix(modeNoPing) + "; or " + modeFix(modeProcFallback, rt)
+	}
+	check("ping through the egress jail", f)
+}
+
+// pingRangeProblem says why net.ipv4.ping_group_range (its text) keeps
+// group gid from unprivileged ping sockets, which the jail's ping relay
+// uses on the host, or "".
+func pingRangeProblem(text string, gid int) string {
+	f := strings.Fields(text)
+	if len(f) != 2 {
+		return ""
+	}
+	lo, err1 := strconv.ParseInt(f[0], 10, 64)
+	hi, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil || (int64(gid) >= lo && int64(gid) <= hi) {
+		return ""
+	}
+	return fmt.Sprintf("net.ipv4.ping_group_range is %q, without group %d", strings.Join(f, " "), gid)
+}
+
+// procSysReadOnly reports whether /proc/sys is mounted read-only.
+func procSysReadOnly() bool {
+	var st unix.Statfs_t
+	return unix.Statfs("/proc/sys", &st) == nil && st.Flags&unix.ST_RDONLY != 0
+}
+
+// shadowPlaceFix says what is wrong at the shadow's place path (the shadow
+// must be the program's bytes, a regular file), or "". A symlink there is
+// a package manager's: npm update -g (or install -g) put its link into
+// node_modules back over the shadow.
+func shadowPlaceFix(path, program string) string {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Sprintf("no shadow (%v): sudo claude-sandbox install", err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		target, _ := os.Readlink(path)
+		if strings.Contains(target, "node_modules") {
+			return fmt.Sprintf("it is npm's link to %s again (npm update -g or npm install -g replaced the shadow): claude runs unwrapped; sudo claude-sandbox install puts the shadow back (and uninstall npm's link)", target)
+		}
+		return fmt.Sprintf("it is a link to %s, not the shadow (an updater replaced it?): claude runs unwrapped; sudo claude-sandbox install", target)
+	}
+	if !fi.Mode().IsRegular() {
+		return "it is not a regular file: move it away, then sudo claude-sandbox install"
+	}
+	if same, err := install.SameFile(path, program); err == nil && !same {
+		return "it is not claude-sandbox (an updater may have replaced it): sudo claude-sandbox install"
+	}
+	return ""
+}
+
+// realBinaryFix says what is wrong with the relocated real binary path,
+// or "". It is a file, or (npm's layout) a link into the package.
+func realBinaryFix(path string) string {
+	if _, err := os.Stat(path); err == nil {
+		return ""
+	}
+	if target, err := os.Readlink(path); err == nil {
+		return fmt.Sprintf("it links to %s, which is gone (npm uninstall, or a package moved by an update?): install Claude Code again (npm install -g @anthropic-ai/claude-code), then sudo claude-sandbox install", target)
+	}
+	return "the real Claude Code is missing: install Claude Code, then sudo claude-sandbox install"
 }
 
 // tunProblem says what keeps path from being the TUN device users can

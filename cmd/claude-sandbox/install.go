@@ -28,8 +28,10 @@ const installHelp = `Usage: claude-sandbox install [--prefix DIR] [--real PATH] 
 
 install (root only) puts the binary at /usr/libexec/claude-sandbox/claude-sandbox,
 the shadow at /usr/local/bin/claude, moves the real Claude Code binary from
-~/.local/bin/claude (or --real PATH) to /usr/libexec/claude-sandbox/claude,
-copies --config FILE to /etc/claude-sandbox.conf, and merges the integrity
+~/.local/bin/claude (or --real PATH) to /usr/libexec/claude-sandbox/claude
+(an npm-installed Claude Code stays in node_modules: the shadow takes the
+place of npm's /usr/local/bin/claude link, and the relocated place links
+to the package's binary), copies --config FILE to /etc/claude-sandbox.conf, and merges the integrity
 guard into /etc/claude-code/managed-settings.json. It first checks that
 user namespaces and /dev/net/tun work, that --config parses and --real
 exists, and refuses with the fix, having written nothing, when they do
@@ -38,7 +40,8 @@ failure part way puts back everything it touched. A second run, with any
 options, changes nothing; --real naming the relocated binary is in place
 already and is kept.
 
-uninstall puts the real binary back, removes the shadow, and restores the
+uninstall puts the real binary back (npm's link, the native installer's
+link, or the plain file, as it was), removes the shadow, and restores the
 managed settings and configuration as they were before install. Where
 nothing is installed it says so and exits 1.
 

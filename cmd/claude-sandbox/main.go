@@ -221,6 +221,10 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		opts.SetEnv = append(opts.SetEnv, [2]string{verify.PublishedEnv, publishedEnv(opts.Publish)})
 	}
 	opts.HostRoot = nsexec.CallerIsHostRoot()
+	if m := verify.CallerUIDMaps(os.Getenv); m != "" {
+		// verify's P54 reads the whole chain of uid maps, as decided here.
+		opts.SetEnv = append(opts.SetEnv, [2]string{verify.CallerUIDMapEnv, m})
+	}
 	if opts.PidsLimit < 0 && !dryRun {
 		fmt.Fprintln(stderr, "claude-sandbox: warning: --pids-limit 0: no process limit, a fork bomb inside can exhaust the host's process table")
 	}
@@ -248,6 +252,9 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		return 0
 	}
 	nopts := nsexec.Options{Early: early}
+	rt := detectRuntime(realSys)
+	// Each degraded mode's warning names its remedy for this runtime.
+	nopts.Warn = func(w string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", w+warningHint(w, rt)) }
 	var logger *slog.Logger
 	if x.debug {
 		l, closeLog, err := debugLogger(x.debugFile, stderr)
@@ -261,9 +268,9 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	if setup != nil {
 		for _, w := range setup.Warnings {
-			fmt.Fprintln(stderr, "claude-sandbox: warning:", w)
+			fmt.Fprintln(stderr, "claude-sandbox: warning:", w+warningHint(w, rt))
 		}
-		jo := jail.Options{Summary: stderr, MaxUDPFlows: x.udpFlows, UDPIdleTimeout: x.udpIdle, Logger: logger, Warn: func(m string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", m) }}
+		jo := jail.Options{Summary: stderr, MaxUDPFlows: x.udpFlows, UDPIdleTimeout: x.udpIdle, Logger: logger, Warn: func(m string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", m+warningHint(m, rt)) }}
 		jo.HostPorts = p.Egress.HostPorts
 		if len(p.Egress.Publish) > 0 {
 			// Before the sandbox starts: a port in use fails the launch.
@@ -300,6 +307,9 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "claude-sandbox:", err)
+		if h := setupHint(err.Error(), rt, realSys); h != "" {
+			fmt.Fprintln(stderr, "claude-sandbox:", h)
+		}
 	}
 	if o := openings(p); o != "" {
 		fmt.Fprintln(stderr, "claude-sandbox:", o)

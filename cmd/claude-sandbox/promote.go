@@ -35,8 +35,17 @@ const (
 )
 
 const postCreateBlock = blockBegin + `
-# Installs the Claude Code sandbox (written by claude-sandbox promote).
-sudo .devcontainer/claude-sandbox/claude-sandbox install --config .devcontainer/claude-sandbox/claude-sandbox.conf
+# Installs the Claude Code sandbox (written by claude-sandbox promote):
+# as root directly (a root container, often without sudo), else with sudo.
+claude_sandbox_sudo=
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    claude_sandbox_sudo=sudo
+  else
+    echo "installing the sandbox needs root: run this script as root, or install sudo" >&2
+    false
+  fi
+fi && $claude_sandbox_sudo .devcontainer/claude-sandbox/claude-sandbox install --config .devcontainer/claude-sandbox/claude-sandbox.conf
 ` + blockEnd + "\n"
 
 const defaultConf = `# claude-sandbox configuration (see docs/configuration.md).

@@ -43,14 +43,13 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 			return usageLine(stderr, "verify", "unknown option "+a)
 		}
 	}
-	if !guard.Inside(gateFacts()) {
-		const outside = "NOT INSIDE claude-sandbox: this process has no sandbox around it (no marker mount, or capabilities / no_new_privs say otherwise). Start Claude as `claude`, then run this from its session."
+	if f := gateFacts(); !guard.Inside(f) {
+		outside := outsideVerdict(f)
 		if asJSON {
 			_ = verify.Report{Note: outside, Checks: []verify.Result{}, Probes: []verify.Result{}}.WriteJSON(stdout)
 			return 1
 		}
 		fmt.Fprintln(stdout, outside)
-		fmt.Fprintln(stdout, "RESULT: SANDBOX LEAKING")
 		return 1
 	}
 	e := &verify.Env{Home: os.Getenv("HOME"), Getenv: os.Getenv, Scrubbed: scrubbedMatcher()}
@@ -85,4 +84,15 @@ func scrubbedMatcher() func(name, value string) bool {
 		return nil
 	}
 	return s.Contains
+}
+
+// outsideVerdict is verify's one verdict outside the shadow's sandbox: no
+// sandbox at all, or a sandbox without the shadow's marker mount (a
+// `claude-sandbox run`), whose walls verify's checks do not describe.
+func outsideVerdict(f guard.Facts) string {
+	f.MarkerIsMount = true
+	if guard.Inside(f) {
+		return "RESULT: NOT INSIDE the shadow: this process runs in a sandbox without the shadow's marker (`claude-sandbox run`?), whose checks are written for the shadow's session. Start Claude as `claude`, then run this from its session."
+	}
+	return "RESULT: NOT INSIDE claude-sandbox: this process has no sandbox around it (no marker mount, or capabilities / no_new_privs say otherwise). Start Claude as `claude`, then run this from its session."
 }

@@ -197,6 +197,9 @@ type installState struct {
 	AppArmor string `json:"apparmor,omitempty"`
 	// Docs are the completions and the man page install wrote.
 	Docs []string `json:"docs,omitempty"`
+	// ShadowLink is the symlink the shadow replaced at its place (npm's
+	// link into node_modules), put back by uninstall.
+	ShadowLink string `json:"shadowLink,omitempty"`
 }
 
 // addDirs records directories install made (once each).
@@ -215,6 +218,9 @@ type run struct {
 	j    *Journal
 	st   installState
 	verb string
+	// keepShadow: uninstall's removeTree leaves the shadow's place alone
+	// (the real Claude Code went back there, or it is not the shadow).
+	keepShadow bool
 }
 
 func (r *run) say(format string, a ...any) {
@@ -285,6 +291,13 @@ func Install(l Layout, o Options) (j *Journal, err error) {
 	if err != nil {
 		return j, err
 	}
+	if fi, err := os.Lstat(l.Shadow()); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		// The shadow is never a link: this one is the package manager's
+		// (npm's), which uninstall puts back.
+		if link, err := os.Readlink(l.Shadow()); err == nil {
+			r.st.ShadowLink = link
+		}
+	}
 	if o.Shared != "" {
 		if home == "" {
 			return j, fmt.Errorf("--shared-config: the invoking user's home does not exist under %s", l.Root)
@@ -321,15 +334,17 @@ func Install(l Layout, o Options) (j *Journal, err error) {
 	}
 	if o.Check != nil && !(j.Dry && o.AppArmor) {
 		if err := o.Check(o.Config); err != nil {
-			return j, fmt.Errorf("refusing: %w", err)
+			return j, fmt.Errorf("refusing: %w (--skip-checks installs anyway, as in an image build where the checks cannot pass yet; claude-sandbox doctor checks later)", err)
 		}
 	}
 	steps := []struct {
 		name string
 		fn   func() error
 	}{
-		{"binaries", r.putBinaries},
+		// The real binary first: a plain one at the shadow's place is
+		// copied off before the shadow replaces it.
 		{"real", func() error { return r.putReal(rp) }},
+		{"binaries", r.putBinaries},
 		{"config", func() error { return r.putConfig(conf) }},
 		{"settings", func() error { return r.putSettings(oldSettings, merged, merr) }},
 		{"hatch", r.writeHatch},
@@ -369,6 +384,9 @@ func (r *run) putBinaries() error {
 // putReal relocates the real binary off PATH (I3), so the Claude Code
 // installer's own PATH edit for ~/.local/bin finds nothing there.
 func (r *run) putReal(rp realPlan) error {
+	if rp.linkTo != "" {
+		return r.linkReal(rp)
+	}
 	if rp.copy {
 		changed, err := r.j.put(r.l.Real(), nil, rp.target, 0o755, "the real Claude Code, from "+rp.src)
 		if err != nil {
@@ -517,7 +535,7 @@ func (r *run) linkSharedStep() error {
 }
 
 func (r *run) saveState(rp realPlan) error {
-	if rp.removeSrc && (rp.copy || r.st.RealOrigin == "") {
+	if rp.record && (rp.copy || r.st.RealOrigin == "") {
 		r.st.RealOrigin, r.st.RealLink = rp.src, rp.link
 	}
 	// Directories in the home are the command's (recorded by its step);
@@ -551,7 +569,9 @@ func (r *run) removeRealSource(rp realPlan) error {
 	} else if _, err := r.j.remove(rp.src, "the real Claude Code's old place"); err != nil {
 		return err
 	}
-	if rp.copy {
+	if rp.linkTo != "" {
+		r.say("removed %s, npm's link to %s (uninstall puts it back)", rp.src, rp.target)
+	} else if rp.copy {
 		r.say("moved the real Claude Code from %s to %s", rp.src, r.l.Real())
 	} else {
 		r.say("removed %s: the real Claude Code is at %s already", rp.src, r.l.Real())
@@ -561,7 +581,7 @@ func (r *run) removeRealSource(rp realPlan) error {
 
 // realPlan is what install does with the real Claude Code binary.
 type realPlan struct {
-	src    string // the path given (or ~/.local/bin/claude)
+	src    string // the path given (or found: ~/.local/bin/claude, the shadow's place)
 	target string // the file it is, symlinks followed
 	link   string // src's own symlink target, when it is one
 	// copy: target is not the file at the relocated place yet.
@@ -570,29 +590,87 @@ type realPlan struct {
 	// re-install's `--real /usr/libexec/claude-sandbox/claude`), and lies
 	// inside the root install writes to.
 	removeSrc bool
+	// record: uninstall puts src back (as the link it was, or a copy):
+	// it is removed, or it is the shadow's place, which the shadow takes.
+	record bool
+	// linkTo: the real binary is a package manager's file (npm's, in
+	// node_modules): it is neither moved nor copied (that would break the
+	// package, and a node entry point finds its files beside itself);
+	// the relocated place becomes a symlink to it, with this target.
+	linkTo string
+}
+
+// pkgManaged reports whether path lies in a package manager's tree, whose
+// files install never moves (npm's node_modules).
+func pkgManaged(path string) bool {
+	return strings.Contains(path, "/node_modules/")
+}
+
+// defaultReal finds the real binary when --real is not given: the Claude
+// Code installer's ~/.local/bin/claude, else what is at the shadow's
+// place when it is not the shadow: npm's link into node_modules (an npm
+// global install's /usr/local/bin/claude) or, on a machine install never
+// ran on, a plain binary. "" when there is none.
+func (r *run) defaultReal(home string) string {
+	l := r.l
+	if home != "" {
+		if _, err := os.Lstat(l.DefaultReal()); err == nil {
+			return l.DefaultReal()
+		}
+	}
+	sh := l.Shadow()
+	fi, err := os.Lstat(sh)
+	if err != nil {
+		return ""
+	}
+	if same, _ := SameFile(sh, r.o.Self); same {
+		return ""
+	}
+	if same, _ := SameFile(sh, l.Program()); same {
+		return ""
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		if t, err := filepath.EvalSymlinks(sh); err == nil && t != "" {
+			return sh
+		}
+		return ""
+	}
+	// A regular file: an older shadow where install ran before.
+	if _, err := os.Lstat(l.State()); err == nil {
+		return ""
+	}
+	if _, err := os.Lstat(l.Program()); err == nil {
+		return ""
+	}
+	if fi.Mode().IsRegular() {
+		return sh
+	}
+	return ""
 }
 
 // planReal decides, writing nothing, what to do with the real binary: the
-// one given with --real (which must exist), or the ~/.local/bin/claude the
-// Claude Code installer leaves, when there is one. A --real that an
-// earlier install moved away (moved from) is done already.
+// one given with --real (which must exist), or the one defaultReal finds.
+// A --real that an earlier install moved away (moved from), or that names
+// the shadow install put in its place, is done already.
 func (r *run) planReal(home string) (realPlan, error) {
 	var rp realPlan
 	l := r.l
 	src := r.o.Real
-	if src == "" {
-		if home == "" {
-			return rp, nil
+	done := func(src string) bool {
+		abs, _ := filepath.Abs(src)
+		if abs != r.st.RealOrigin && abs != l.Shadow() {
+			return false
 		}
-		src = l.DefaultReal()
-		if _, err := os.Lstat(src); err != nil {
+		_, err := os.Stat(l.Real())
+		return err == nil
+	}
+	if src == "" {
+		if src = r.defaultReal(home); src == "" {
 			return rp, nil
 		}
 	} else if _, err := os.Lstat(src); err != nil {
-		if abs, _ := filepath.Abs(src); abs == r.st.RealOrigin {
-			if _, err := os.Stat(l.Real()); err == nil {
-				return rp, nil
-			}
+		if done(src) {
+			return rp, nil
 		}
 		return rp, fmt.Errorf("--real %s: no such file: give the path of the real Claude Code binary", src)
 	}
@@ -612,16 +690,26 @@ func (r *run) planReal(home string) (realPlan, error) {
 		return rp, fmt.Errorf("the real binary %s is not a regular file", src)
 	}
 	if same, _ := SameFile(target, r.o.Self); same {
+		if done(src) {
+			return rp, nil
+		}
 		return rp, fmt.Errorf("%s is claude-sandbox itself, not the real Claude Code", src)
+	}
+	if same, _ := SameFile(target, l.Program()); same && done(src) {
+		return rp, nil
 	}
 	rp.src, rp.target = src, target
 	rp.link, _ = os.Readlink(src)
 	dst := l.Real()
+	if pkgManaged(target) {
+		return r.planLinkReal(rp)
+	}
 	if dfi, err := os.Stat(dst); err != nil || !os.SameFile(fi, dfi) {
 		rp.copy = true
 	}
-	rp.removeSrc = !sameEntry(src, dst) && within(l.Root, src)
-	if rp.removeSrc && rp.link != "" {
+	rp.removeSrc = !sameEntry(src, dst) && within(l.Root, src) && src != l.Shadow()
+	rp.record = rp.removeSrc || src == l.Shadow()
+	if rp.record && rp.link != "" {
 		// A link into the relocated place itself records nothing to
 		// restore but the copy.
 		if within(l.Libexec(), target) {
@@ -629,6 +717,62 @@ func (r *run) planReal(home string) (realPlan, error) {
 		}
 	}
 	return rp, nil
+}
+
+// planLinkReal plans a real binary in a package manager's tree: the
+// relocated place links to it (relative within a --prefix root, so that
+// tree is whole; absolute at /), and the link on PATH that led to it (src, when --real
+// or defaultReal named one outside the package, else the shadow's place
+// when it links there) is recorded, and taken away: by the shadow at the
+// shadow's place, else removed. Nothing in the package is touched.
+func (r *run) planLinkReal(rp realPlan) (realPlan, error) {
+	l := r.l
+	rp.linkTo = rp.target
+	if l.Root != "/" && within(l.Root, rp.target) {
+		if rel, err := filepath.Rel(filepath.Dir(l.Real()), rp.target); err == nil {
+			rp.linkTo = rel
+		}
+	}
+	if cur, err := os.Readlink(l.Real()); err != nil || cur != rp.linkTo {
+		rp.copy = true
+	}
+	origin := ""
+	if rp.link != "" && !pkgManaged(rp.src) {
+		origin = rp.src
+	} else if sh := l.Shadow(); sh != rp.src {
+		if t, err := filepath.EvalSymlinks(sh); err == nil && t == rp.target {
+			if link, err := os.Readlink(sh); err == nil {
+				origin, rp.link = sh, link
+			}
+		}
+	}
+	if origin == "" {
+		rp.src, rp.link = "", ""
+		return rp, nil
+	}
+	rp.src = origin
+	rp.record = true
+	rp.removeSrc = origin != l.Shadow() && within(l.Root, origin)
+	return rp, nil
+}
+
+// linkReal makes the relocated place a symlink to the package's real
+// binary (planLinkReal), replacing what was there.
+func (r *run) linkReal(rp realPlan) error {
+	if !rp.copy {
+		return nil
+	}
+	if err := r.j.mkdirs(r.l.Libexec()); err != nil {
+		return err
+	}
+	if _, err := r.j.remove(r.l.Real(), "the relocated real Claude Code before"); err != nil {
+		return err
+	}
+	if err := r.j.symlink(rp.linkTo, r.l.Real(), "the real Claude Code: npm's, left in its package"); err != nil {
+		return err
+	}
+	r.say("linked %s to %s (npm's Claude Code, left in its package)", r.l.Real(), rp.target)
+	return nil
 }
 
 // sameEntry reports whether paths a and b name the same directory entry

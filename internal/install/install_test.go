@@ -326,8 +326,12 @@ func TestInstallRefusesBeforeWriting(t *testing.T) {
 	} {
 		o := s.opts()
 		set(&o)
-		if _, err := Install(s.l, o); err == nil {
+		_, err := Install(s.l, o)
+		if err == nil {
 			t.Errorf("%s: install went ahead", name)
+		}
+		if name == "check fails" && (err == nil || !strings.Contains(err.Error(), "--skip-checks")) {
+			t.Errorf("the checks' refusal does not name --skip-checks (docs/install.md says it does): %v", err)
 		}
 		if after := s.everything(t); after != before {
 			t.Errorf("%s: install wrote before refusing:\n%s", name, after)

@@ -174,7 +174,7 @@ func undo(c Change) error {
 	case CreatedDir:
 		err = unix.Unlinkat(d.fd, name, unix.AT_REMOVEDIR)
 	case CopiedTree:
-		err = os.RemoveAll(filepath.Join(d.path, name))
+		err = removeAllAt(d.fd, name)
 	case ReplacedFile, Removed:
 		err = unix.Renameat(d.fd, filepath.Base(c.Backup), d.fd, name)
 	case Moved:

@@ -110,16 +110,56 @@ func (d *Dir) Walk(rel string, mode uint32, uid, gid int, create bool) (*Dir, []
 	return &Dir{fd: cur, path: path}, created, nil
 }
 
-// openBeneath opens the single name in dirfd, refusing a symlink.
+// openBeneath opens the single name in dirfd, refusing a symlink. The
+// open never blocks (O_NONBLOCK: a FIFO planted where a file was expected
+// would hold root's open, or its read, for ever) and what it opened is
+// looked at before it is returned: anything but a regular file or a
+// directory is refused (ErrNotRegular), so no caller reads a FIFO or a
+// device. The descriptor stays non-blocking, which a regular file or a
+// directory ignores.
 func openBeneath(dirfd int, name string, flags int) (int, error) {
-	how := &unix.OpenHow{Flags: uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
+	how := &unix.OpenHow{Flags: uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NONBLOCK), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
 	for i := 0; ; i++ {
 		fd, err := unix.Openat2(dirfd, name, how)
-		if err != unix.EAGAIN || i == 64 {
+		if err == unix.EAGAIN && i < 64 {
+			continue
+		}
+		if err != nil {
 			return fd, err
 		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
+			unix.Close(fd)
+			return -1, errNotRegular
+		}
+		return fd, nil
 	}
 }
+
+// openRegular opens the regular file name in dirfd as openBeneath does,
+// refusing a directory too.
+func openRegular(dirfd int, name string, flags int) (int, error) {
+	fd, err := openBeneath(dirfd, name, flags)
+	if err != nil {
+		return fd, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		if err == nil {
+			err = errNotRegular
+		}
+		return -1, err
+	}
+	return fd, nil
+}
+
+// errNotRegular is openBeneath's refusal of a FIFO, socket or device.
+var errNotRegular = errors.New("is not a regular file or directory (a FIFO, a socket or a device), which install (running as root) does not open")
 
 // describe turns an errno from a step on name in dirfd into a message
 // naming the path (a symlink gives ELOOP or, asked for a directory,
@@ -128,6 +168,10 @@ func describe(dirfd int, name, path string, err error) error {
 	var st unix.Stat_t
 	if errors.Is(err, unix.ELOOP) || (unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK) {
 		return fmt.Errorf("%s %w", path, ErrSymlinkRefused)
+	}
+	if errors.Is(err, errNotRegular) || (errors.Is(err, unix.ENXIO) && unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT != unix.S_IFREG && st.Mode&unix.S_IFMT != unix.S_IFDIR) {
+		// (ENXIO: a FIFO opened to write without a reader.)
+		return fmt.Errorf("%s %w", path, errNotRegular)
 	}
 	if errors.Is(err, unix.ENOTDIR) {
 		return fmt.Errorf("%s is not a directory", path)
@@ -239,23 +283,24 @@ func (d *Dir) Mkdir(name string, mode uint32, uid, gid int) error {
 // is still empty, refusing a symlink.
 func (d *Dir) SeedEmpty(name, data string) error {
 	path := filepath.Join(d.path, name)
-	fd, err := openBeneath(d.fd, name, unix.O_WRONLY)
+	fd, err := openRegular(d.fd, name, unix.O_WRONLY)
 	if err != nil {
 		return describe(d.fd, name, path, err)
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+	if err != nil || fi.Size() != 0 {
 		return err
 	}
 	_, err = f.WriteString(data)
 	return err
 }
 
-// readFile reads the regular file name in d, refusing a symlink.
+// readFile reads the regular file name in d, refusing a symlink, a FIFO
+// and anything else but a regular file.
 func (d *Dir) ReadFile(name string) ([]byte, error) {
-	fd, err := openBeneath(d.fd, name, unix.O_RDONLY)
+	fd, err := openRegular(d.fd, name, unix.O_RDONLY)
 	if err != nil {
 		return nil, describe(d.fd, name, filepath.Join(d.path, name), err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -183,7 +182,7 @@ func (r *run) adopt(hd, sd *Dir, sharedAt, name string) error {
 		j.add(Change{Kind: Moved, Path: to, From: from, Base: sharedAt, FromBase: hd.path, Note: "adopted into the shared directory"})
 		return nil
 	}
-	err := renameNoReplace(hd.fd, name, sd.fd, name)
+	err := adoptRename(hd.fd, name, sd.fd, name)
 	if err == nil {
 		j.add(Change{Kind: Moved, Path: to, From: from, Base: sharedAt, FromBase: hd.path, Note: "adopted into the shared directory"})
 		return nil
@@ -191,9 +190,16 @@ func (r *run) adopt(hd, sd *Dir, sharedAt, name string) error {
 	if !errors.Is(err, unix.EXDEV) {
 		return &fs.PathError{Op: "move", Path: from, Err: err}
 	}
-	if out, err := exec.Command("cp", "-a", "-T", "--", from, to).CombinedOutput(); err != nil {
-		_ = os.RemoveAll(to)
-		return fmt.Errorf("copy %s to %s: %v: %s", from, to, err, out)
+	if testHookBeforeCopy != nil {
+		testHookBeforeCopy(from, to)
+	}
+	// Root copies between two trees the user can change while it runs:
+	// descriptors only, nothing followed (copyAt).
+	if err := copyAt(hd.fd, sd.fd, name, from, to, 0, r.warn); err != nil {
+		if rerr := removeAllAt(sd.fd, name); rerr != nil && !errors.Is(rerr, unix.ENOENT) {
+			err = fmt.Errorf("%w; and removing the partial copy failed: %v", err, rerr)
+		}
+		return fmt.Errorf("copy %s to %s: %w", from, to, err)
 	}
 	j.add(Change{Kind: CopiedTree, Path: to, Base: sharedAt, Note: "adopted into the shared directory (a copy: another filesystem)"})
 	bak := backupName(from)
@@ -203,3 +209,177 @@ func (r *run) adopt(hd, sd *Dir, sharedAt, name string) error {
 	j.add(Change{Kind: Removed, Path: from, Backup: bak, Base: hd.path, Note: "the adopted home copy"})
 	return nil
 }
+
+// copyAt copies name from the directory src into the directory dst, as
+// cp -a did but through descriptors only: the user can change both trees
+// while root copies (the home, the shared directory they own), so every
+// entry is looked at and opened from its directory's descriptor without
+// following a symlink (openat2 beneath, no symlinks, non-blocking), every
+// new entry is made with O_EXCL (mkdirat, symlinkat, O_CREAT|O_EXCL|
+// O_NOFOLLOW: a name planted there fails the copy, it is never written
+// through), and owner, mode and times are set on the descriptor of what
+// was just made (a symlink's by fchownat/utimensat without following).
+// Owners are kept (a file root owns stays root's), set-user/group-ID bits
+// are not. Anything but a file, directory or symlink (a FIFO, a socket)
+// is left out with a warning. from and to name the two for messages.
+func copyAt(src, dst int, name, from, to string, depth int, warn func(string, ...any)) error {
+	if depth > 256 {
+		return fmt.Errorf("%s: more than 256 directories deep", from)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(src, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "lstat", Path: from, Err: err}
+	}
+	if testHookCopyEntry != nil {
+		testHookCopyEntry(from, to)
+	}
+	times := func(st *unix.Stat_t) []unix.Timespec { return []unix.Timespec{st.Atim, st.Mtim} }
+	perm := func(st *unix.Stat_t) uint32 { return st.Mode & 0o1777 }
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		target, err := readlinkAt(src, name)
+		if err != nil {
+			return &fs.PathError{Op: "readlink", Path: from, Err: err}
+		}
+		if err := unix.Symlinkat(target, dst, name); err != nil {
+			return &fs.PathError{Op: "link", Path: to, Err: err}
+		}
+		if err := unix.Fchownat(dst, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return &fs.PathError{Op: "chown", Path: to, Err: err}
+		}
+		_ = unix.UtimesNanoAt(dst, name, times(&st), unix.AT_SYMLINK_NOFOLLOW)
+		return nil
+	case unix.S_IFREG:
+		in, err := openRegular(src, name, unix.O_RDONLY)
+		if err != nil {
+			return describe(src, name, from, err)
+		}
+		defer unix.Close(in)
+		if err := unix.Fstat(in, &st); err != nil {
+			return &fs.PathError{Op: "stat", Path: from, Err: err}
+		}
+		out, err := unix.Openat(dst, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return describe(dst, name, to, err)
+		}
+		defer unix.Close(out)
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := unix.Read(in, buf)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return &fs.PathError{Op: "read", Path: from, Err: err}
+			}
+			if n == 0 {
+				break
+			}
+			for b := buf[:n]; len(b) > 0; {
+				m, err := unix.Write(out, b)
+				if err == unix.EINTR {
+					continue
+				}
+				if err != nil {
+					return &fs.PathError{Op: "write", Path: to, Err: err}
+				}
+				b = b[m:]
+			}
+		}
+		return setMeta(out, &st, perm(&st), times(&st), to)
+	case unix.S_IFDIR:
+		sfd, err := openBeneath(src, name, unix.O_DIRECTORY|unix.O_RDONLY)
+		if err != nil {
+			return describe(src, name, from, err)
+		}
+		defer unix.Close(sfd)
+		if err := unix.Fstat(sfd, &st); err != nil {
+			return &fs.PathError{Op: "stat", Path: from, Err: err}
+		}
+		if err := unix.Mkdirat(dst, name, 0o700); err != nil {
+			return &fs.PathError{Op: "mkdir", Path: to, Err: err}
+		}
+		dfd, err := openBeneath(dst, name, unix.O_DIRECTORY|unix.O_RDONLY)
+		if err != nil {
+			return describe(dst, name, to, err)
+		}
+		defer unix.Close(dfd)
+		names, err := readNames(sfd, from)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if err := copyAt(sfd, dfd, n, filepath.Join(from, n), filepath.Join(to, n), depth+1, warn); err != nil {
+				return err
+			}
+		}
+		return setMeta(dfd, &st, perm(&st), times(&st), to)
+	default:
+		warn("%s is not a file, directory or symlink: not copied to %s", from, to)
+		return nil
+	}
+}
+
+// setMeta gives the descriptor fd (of to) st's owner, perm and times.
+func setMeta(fd int, st *unix.Stat_t, perm uint32, times []unix.Timespec, to string) error {
+	if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
+		return &fs.PathError{Op: "chown", Path: to, Err: err}
+	}
+	if err := unix.Fchmod(fd, perm); err != nil {
+		return &fs.PathError{Op: "chmod", Path: to, Err: err}
+	}
+	if unix.UtimesNanoAt(fd, "", times, unix.AT_EMPTY_PATH) != nil {
+		// Kernels whose utimensat takes no AT_EMPTY_PATH: the descriptor's
+		// own magic link, which names exactly this file.
+		_ = unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), times, 0)
+	}
+	return nil
+}
+
+// readNames lists the directory open at fd (path for messages).
+func readNames(fd int, path string) ([]string, error) {
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), path)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+	}
+	return names, nil
+}
+
+// removeAllAt removes name in the directory dirfd and everything below
+// it, through descriptors, following no symlink.
+func removeAllAt(dirfd int, name string) error {
+	err := unix.Unlinkat(dirfd, name, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	fd, oerr := openBeneath(dirfd, name, unix.O_DIRECTORY|unix.O_RDONLY)
+	if oerr != nil {
+		return err
+	}
+	names, rerr := readNames(fd, name)
+	for _, n := range names {
+		if e := removeAllAt(fd, n); e != nil && rerr == nil {
+			rerr = e
+		}
+	}
+	unix.Close(fd)
+	if rerr != nil {
+		return rerr
+	}
+	return unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+}
+
+// Test seams: adoptRename is the rename adopt tries first (a test makes it
+// fail with EXDEV, as across filesystems); testHookBeforeCopy runs between
+// the checks and the copy (a test plants a link there, winning the race).
+var (
+	adoptRename        = renameNoReplace
+	testHookBeforeCopy func(from, to string)
+	testHookCopyEntry  func(from, to string)
+)

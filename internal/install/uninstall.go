@@ -77,8 +77,22 @@ func (r *run) restoreReal() error {
 		linkTarget = filepath.Join(filepath.Dir(st.RealOrigin), linkTarget)
 	}
 	_, linkErr := os.Stat(linkTarget)
+	madeWay := false // the shadow was removed (a dry run only records that)
+	if st.RealOrigin == l.Shadow() {
+		// The real one was at the shadow's place (npm's link, or a plain
+		// binary): the shadow makes way for it, when it is still ours.
+		if !r.ownShadow() {
+			r.warn("%s is no longer the shadow (npm update -g, or a new Claude Code?): left as it is", l.Shadow())
+			r.keepShadow = true
+			return nil
+		}
+		if _, err := j.remove(l.Shadow(), "the shadow, making way for the real Claude Code"); err != nil {
+			return err
+		}
+		r.keepShadow, madeWay = true, true
+	}
 	switch {
-	case func() bool { _, err := os.Lstat(st.RealOrigin); return err == nil }():
+	case !madeWay && func() bool { _, err := os.Lstat(st.RealOrigin); return err == nil }():
 		r.warn("%s exists (a newer Claude Code?): left as it is", st.RealOrigin)
 	case st.RealLink != "" && linkErr == nil:
 		// It was the installer's symlink into its versions directory,
@@ -112,6 +126,21 @@ func (r *run) restoreReal() error {
 		r.say("put the real Claude Code back at %s", st.RealOrigin)
 	}
 	return nil
+}
+
+// ownShadow reports whether the shadow's place holds the shadow: a
+// regular file (never a link: npm's link there is Claude Code's), the
+// same bytes as the installed program when that is there.
+func (r *run) ownShadow() bool {
+	fi, err := os.Lstat(r.l.Shadow())
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	if _, err := os.Stat(r.l.Program()); err != nil {
+		return true
+	}
+	same, _ := SameFile(r.l.Shadow(), r.l.Program())
+	return same
 }
 
 // inHome reports whether path lies in the home install recorded.
@@ -210,10 +239,26 @@ func (r *run) restoreConfig() error {
 }
 
 func (r *run) removeTree() error {
-	for _, p := range []string{r.l.Shadow(), r.l.Libexec()} {
+	paths := []string{r.l.Libexec()}
+	switch {
+	case r.keepShadow:
+	case r.ownShadow():
+		paths = append(paths, r.l.Shadow())
+	default:
+		if _, err := os.Lstat(r.l.Shadow()); err == nil {
+			r.warn("%s is not the shadow (a package manager's link, or a new Claude Code?): left as it is", r.l.Shadow())
+		}
+	}
+	for _, p := range paths {
 		if _, err := r.j.remove(p, ""); err != nil {
 			return err
 		}
+	}
+	if link := r.st.ShadowLink; link != "" && !r.keepShadow && slices.Contains(paths, r.l.Shadow()) {
+		if err := r.j.symlink(link, r.l.Shadow(), "npm's link, back"); err != nil {
+			return err
+		}
+		r.say("put back %s -> %s", r.l.Shadow(), link)
 	}
 	return nil
 }
