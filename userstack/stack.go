@@ -57,8 +57,8 @@ const (
 	// accepted (tests use them) but break it.
 	MinUDPIdleTimeout = 2 * time.Minute
 	// DefaultMaxInFlight is how many TCP connections may be opening at
-	// once (dialing, or waiting for the sandbox's handshake ACK; a flow
-	// to a name until its deferred dial's connect ends, peek.go). High, so
+	// once (dialing, a flow to a name's lookup included, or waiting for
+	// the sandbox's handshake ACK). High, so
 	// a few blackholed or slow destinations cannot stall every other
 	// connection; bounded, so a SYN flood cannot take every descriptor.
 	DefaultMaxInFlight = 4096

@@ -157,6 +157,9 @@ func (st *Stack) newTCP(in *tcpIn) {
 		f.mss = tcpDefaultMSS
 	}
 	f.mss = min(f.mss, st.maxSegment(f.v6))
+	if nf != nil && !nf.dns {
+		f.peek = newPeek(f, nf.name)
+	}
 	st.mu.Lock()
 	switch {
 	case st.closed:
@@ -175,7 +178,7 @@ func (st *Stack) newTCP(in *tcpIn) {
 	f.opening = true
 	if nf != nil {
 		st.mu.Unlock()
-		f.startName(nf) // the SYN answered at once (peek.go)
+		f.startName(nf) // resolved and dialed; the SYN answered by the dial (peek.go)
 		return
 	}
 	if st.cfg.Dialer == nil && gate == nil {
@@ -236,11 +239,7 @@ func (f *tcpFlow) segment(in *tcpIn) {
 			return
 		}
 		f.state = tcpEstablished
-		if f.peek == nil {
-			// A flow to a name (peek.go) is still opening until its
-			// deferred dial ends: it keeps its place under the cap.
-			f.openDone()
-		}
+		f.openDone()
 		f.sndUna = ack
 		f.retries, f.rto = 0, tcpRTOMin
 		f.sndWnd = seqnum.Size(h.WindowSize()) << f.sndShift
