@@ -437,7 +437,8 @@ func TestNamesWatchOneByteSegmentsIsLinear(t *testing.T) {
 	oneByteRecords := func(msg []byte) uint64 {
 		port++
 		send := h.attackFlow(t, netip.AddrPortFrom(jail4, port), netip.AddrPortFrom(api, 443))
-		d := h.zone.next(t) // dialed at the timeout: watched
+		d := h.zone.next(t)
+		waitLetThrough(t, h, netip.AddrPortFrom(jail4, port)) // let through at the timeout: watched
 		go func() { _, _ = io.Copy(io.Discard, d.peer) }()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
