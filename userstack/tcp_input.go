@@ -1,6 +1,7 @@
 package userstack
 
 import (
+	"fmt"
 	"net/netip"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -167,6 +168,19 @@ func (st *Stack) newTCP(in *tcpIn) {
 		return
 	case st.tcp[key] != nil:
 		st.mu.Unlock() // a retransmitted SYN raced the first
+		return
+	case len(st.tcp) >= st.cfg.MaxFlows:
+		// Every flow holds a host socket: refused, as a blocked
+		// destination is, not dropped (waiting would not help while the
+		// sandbox keeps its connections open).
+		n := len(st.tcp)
+		st.mu.Unlock()
+		name := ""
+		if nf != nil {
+			name = nf.name
+		}
+		st.blockName(netpolicy.ProtoTCP, key.dst, name, fmt.Sprintf("too many TCP connections open at once (%d: the egress relay's cap, from the launcher's descriptor limit)", n))
+		st.rejectTCP(in)
 		return
 	case st.opening >= st.cfg.MaxInFlight:
 		st.mu.Unlock() // dropped: the sandbox retries the SYN
