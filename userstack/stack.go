@@ -289,6 +289,12 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		// transport handlers; no local delivery shortcut.
 		HandleLocal: false,
 	})
+	if cfg.Inbound {
+		if err := boundInboundBuffers(s); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	st := &Stack{
 		ep:    ep,
 		cfg:   cfg,
