@@ -181,7 +181,11 @@ func relayTCP(st *userstack.Stack, c net.Conn, dst netip.AddrPort, logf func(str
 	sc, err := st.DialSandbox(ctx, netpolicy.ProtoTCP, dst)
 	cancel()
 	if err != nil {
-		logf("a connection from %s to the sandbox's %s failed: %v; a server inside must listen on 0.0.0.0 or %s, not 127.0.0.1", c.RemoteAddr(), dst, err, dst.Addr())
+		if errors.Is(err, userstack.ErrInboundMemory) {
+			logf("a connection from %s to the sandbox's %s was reset: %v", c.RemoteAddr(), dst, err)
+		} else {
+			logf("a connection from %s to the sandbox's %s failed: %v; a server inside must listen on 0.0.0.0 or %s, not 127.0.0.1", c.RemoteAddr(), dst, err, dst.Addr())
+		}
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetLinger(0) // the client sees a reset, as from a closed port
 		}

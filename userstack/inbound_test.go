@@ -108,7 +108,7 @@ func TestInboundConnsInMemoryBudget(t *testing.T) {
 	want := budget / publishConnCost
 	for len(conns) <= want {
 		c, err := dial()
-		if errors.Is(err, errInboundMemory) {
+		if errors.Is(err, ErrInboundMemory) {
 			break
 		}
 		if err != nil {

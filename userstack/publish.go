@@ -38,7 +38,7 @@ import (
 // connection holds publishConnCost of the relay's memory budget
 // (Config.MaxRelayMemory, mem.go) from its dial until it is closed: the
 // published ports and the egress relay share one bound. A dial when the
-// budget cannot hold one more fails at once (errInboundMemory).
+// budget cannot hold one more fails at once (ErrInboundMemory).
 const (
 	// publishBuffer bounds each of a connection's two buffers: a window
 	// of 64 KiB over the TUN's round trip (tens of microseconds) is
@@ -50,9 +50,9 @@ const (
 	publishConnCost = 2*publishBuffer + 16<<10
 )
 
-// errInboundMemory: the relay's memory budget cannot hold another
-// connection into the sandbox.
-var errInboundMemory = fmt.Errorf("the egress relay's memory budget is spent (each connection into the sandbox holds %d KiB of it)", publishConnCost>>10)
+// ErrInboundMemory is DialSandbox's error when the relay's memory budget
+// cannot hold another connection into the sandbox.
+var ErrInboundMemory = fmt.Errorf("the egress relay's memory budget is spent (each connection into the sandbox holds %d KiB of it)", publishConnCost>>10)
 
 // boundInboundBuffers bounds the buffers of s's TCP endpoints at
 // publishBuffer, without moderation (growth).
@@ -123,7 +123,7 @@ func (st *Stack) DialSandbox(ctx context.Context, proto netpolicy.Proto, dst net
 	switch proto {
 	case netpolicy.ProtoTCP:
 		if st.memTakeLeast(publishConnCost, publishConnCost) == 0 {
-			return nil, errInboundMemory
+			return nil, ErrInboundMemory
 		}
 		c, err := gonet.DialTCPWithBind(ctx, st.s, local, remote, netProto)
 		if err != nil {
