@@ -149,7 +149,8 @@ type Config struct {
 	// [Stack.UDPEvictions].
 	OnEvict func(netpolicy.Block)
 	// MaxRelayMemory bounds the bytes the TCP relay buffers across all
-	// flows (see mem.go); default DefaultMaxRelayMemory.
+	// flows (see mem.go), the connections into the sandbox's buffers
+	// included (publish.go); default DefaultMaxRelayMemory.
 	MaxRelayMemory int
 	// Now is the clock for UDP idle expiry and block timestamps; default
 	// time.Now. Tests inject a fake one.
