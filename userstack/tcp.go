@@ -49,6 +49,8 @@ import (
 // # A flow's life
 //
 //	SYN from the sandbox, policy allows   newTCP: flow filed, tcpDialing
+//	  (over Config.MaxFlows: RST, recorded; to a name: resolved first,
+//	  no allowed address: RST, recorded; peek.go)
 //	  host connect completes              hostUp: SYN-ACK, tcpSynRcvd
 //	  host connect fails                  RST, ICMP unreachable or
 //	                                      silence (dialFailed), tcpClosed
