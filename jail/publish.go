@@ -23,6 +23,10 @@ type Published struct {
 	netpolicy.Publish
 	tcp net.Listener
 	udp net.PacketConn
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{} // host clients being relayed (TCP)
+	closed bool
 }
 
 // Listen opens the host sockets of the published ports. On error every
@@ -61,7 +65,8 @@ func Listen(pubs []netpolicy.Publish) ([]*Published, error) {
 	return out, nil
 }
 
-// Close closes the host socket.
+// Close closes the host socket and the connections of host clients being
+// relayed (their relays then end: Jail.Close waits for them).
 func (p *Published) Close() {
 	if p.tcp != nil {
 		p.tcp.Close()
@@ -69,13 +74,48 @@ func (p *Published) Close() {
 	if p.udp != nil {
 		p.udp.Close()
 	}
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
 }
+
+// track registers a host client's connection while it is relayed; false
+// once the port is closed (the caller closes it).
+func (p *Published) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	if p.conns == nil {
+		p.conns = map[net.Conn]struct{}{}
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Published) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// relayTCPConn relays one host client (a variable for the tests).
+var relayTCPConn = relayTCP
 
 // The bounds of one published port: connections relayed at once (each
 // holds a host socket, a gVisor endpoint and two goroutines) and UDP
 // clients remembered. Beyond them a new connection is reset and a new
 // client's datagrams are dropped, so a flood on a published port (one
-// written 0.0.0.0, say) costs the launcher a bounded amount.
+// written 0.0.0.0, say) costs the launcher a bounded amount. The
+// connections' buffers are also held in the egress relay's memory budget
+// (userstack's DialSandbox): when it is spent, a new connection is reset
+// too. Every relay goroutine is in the jail's wait group: Jail.Close
+// waits for them.
 const (
 	maxPublishConns      = 1024
 	maxPublishUDPClients = 512
@@ -84,6 +124,8 @@ const (
 // serve relays the published port into the sandbox's addr until the
 // socket closes.
 func (p *Published) serve(st *userstack.Stack, addr netip.Addr, idle time.Duration, logf func(string, ...any), wg *sync.WaitGroup) {
+	// Each relay's goroutine is added to wg by a goroutine wg already
+	// counts (the accept or read loop): wg cannot reach zero meanwhile.
 	dst := netip.AddrPortFrom(addr, p.Port)
 	if p.tcp != nil {
 		wg.Add(1)
@@ -108,9 +150,17 @@ func (p *Published) serve(st *userstack.Stack, addr netip.Addr, idle time.Durati
 					c.Close()
 					continue
 				}
+				if !p.track(c) {
+					c.Close()
+					<-slots
+					return
+				}
+				wg.Add(1)
 				go func() {
+					defer wg.Done()
 					defer func() { <-slots }()
-					relayTCP(st, c, dst, logf)
+					defer p.untrack(c)
+					relayTCPConn(st, c, dst, logf)
 				}()
 			}
 		}()
@@ -119,7 +169,7 @@ func (p *Published) serve(st *userstack.Stack, addr netip.Addr, idle time.Durati
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		relayUDP(st, p.udp, dst, idle, logf)
+		relayUDP(st, p.udp, dst, idle, logf, wg)
 	}()
 }
 
@@ -131,7 +181,11 @@ func relayTCP(st *userstack.Stack, c net.Conn, dst netip.AddrPort, logf func(str
 	sc, err := st.DialSandbox(ctx, netpolicy.ProtoTCP, dst)
 	cancel()
 	if err != nil {
-		logf("a connection from %s to the sandbox's %s failed: %v; a server inside must listen on 0.0.0.0 or %s, not 127.0.0.1", c.RemoteAddr(), dst, err, dst.Addr())
+		if errors.Is(err, userstack.ErrInboundMemory) {
+			logf("a connection from %s to the sandbox's %s was reset: %v", c.RemoteAddr(), dst, err)
+		} else {
+			logf("a connection from %s to the sandbox's %s failed: %v; a server inside must listen on 0.0.0.0 or %s, not 127.0.0.1", c.RemoteAddr(), dst, err, dst.Addr())
+		}
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetLinger(0) // the client sees a reset, as from a closed port
 		}
@@ -158,7 +212,7 @@ func closeWrite(c net.Conn) {
 // relayUDP gives each host client (address and port) a UDP socket of its
 // own toward the sandbox's port, so replies go back to that client; a
 // client idle for idle is forgotten.
-func relayUDP(st *userstack.Stack, pc net.PacketConn, dst netip.AddrPort, idle time.Duration, logf func(string, ...any)) {
+func relayUDP(st *userstack.Stack, pc net.PacketConn, dst netip.AddrPort, idle time.Duration, logf func(string, ...any), wg *sync.WaitGroup) {
 	type client struct {
 		conn net.Conn
 		last time.Time
@@ -198,7 +252,9 @@ func relayUDP(st *userstack.Stack, pc net.PacketConn, dst netip.AddrPort, idle t
 			}
 			c = &client{conn: sc}
 			clients[key] = c
+			wg.Add(1) // this loop's own goroutine is counted: never from zero
 			go func() {
+				defer wg.Done()
 				rb := make([]byte, 65535)
 				for {
 					_ = sc.SetReadDeadline(time.Now().Add(idle))

@@ -82,7 +82,8 @@
 // by host name. With Config.Names (the domain allowlist, names.go, dns.go,
 // peek.go) it answers the sandbox's DNS itself with synthetic addresses,
 // decides flows by name and port, checks a TCP flow's TLS SNI or HTTP
-// Host before dialing, and refuses the open internet. IPv4
+// Host before relaying a byte of it (the host is dialed at the SYN, as
+// for an address), and refuses the open internet. IPv4
 // options are ignored; other transport protocols are left to gVisor's
 // defaults (unforwarded).
 //

@@ -24,6 +24,10 @@ package userstack
 // a budget held by slow connections narrows the others too. Flows held back
 // wait on a list; memory given back wakes them on the event loop, where
 // each sends its reopened window and reads its host socket again.
+//
+// Connections into the sandbox (published ports, publish.go) hold the
+// same budget: publishConnCost each (their gVisor buffers at their bound)
+// from their dial until they are closed.
 
 // DefaultMaxRelayMemory bounds the relay's buffers across all flows. Eight
 // connections uploading to slow servers fill 4 MiB each: 32 MiB would not

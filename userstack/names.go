@@ -27,9 +27,10 @@ import (
 // port, and at connect time the name is resolved again on the host side
 // and the first address the policy does not block is dialed (an allowed
 // name that resolves into a private range stays refused: no DNS
-// rebinding into the host's network). TCP flows to names are not dialed
-// before their first bytes are seen (peek.go): a TLS ClientHello's SNI, or
-// an HTTP request's Host, must be the flow's name. Everything else on the
+// rebinding into the host's network). A TCP flow to a name is dialed at
+// its SYN, as a flow to an address is, but nothing the sandbox sends
+// reaches the host before its first bytes are seen (peek.go): a TLS
+// ClientHello's SNI, or an HTTP request's Host, must be the flow's name. Everything else on the
 // internet (an IP literal) is refused unless an allow-ip/allow-cidr entry
 // names it: default-deny.
 

@@ -58,6 +58,38 @@ func hostGetsAtMost(t *testing.T, d dial, limit []byte) {
 	}
 }
 
+// hostGotNothing checks that a flow's host socket, connected at the SYN,
+// was written nothing: the stack is closed (every host socket with it),
+// and the host reads to its end.
+func hostGotNothing(t *testing.T, h *namesHarness, d dial) {
+	t.Helper()
+	h.st.Close()
+	hostGets(t, d, nil)
+}
+
+// waitLetThrough waits until the flow from src is let through by the
+// peek timeout (or decided otherwise): from then on it is watched
+// (peekwatch.go), not peeked.
+func waitLetThrough(t *testing.T, h *namesHarness, src netip.AddrPort) {
+	t.Helper()
+	waitUntil(t, "the peek timeout", func() bool {
+		h.st.mu.Lock()
+		var f *tcpFlow
+		for k, x := range h.st.tcp {
+			if k.src == src {
+				f = x
+			}
+		}
+		h.st.mu.Unlock()
+		if f == nil {
+			return true
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.peek == nil
+	})
+}
+
 // hostReads reads n bytes from the dialed host.
 func hostReads(t *testing.T, d dial, n int) []byte {
 	t.Helper()
@@ -84,6 +116,14 @@ func TestNamesPeekTimeoutThenOtherName(t *testing.T) {
 		dst := netip.AddrPortFrom(api, dport)
 		return h.attackFlow(t, netip.AddrPortFrom(jail4, port), dst), dst
 	}
+	// afterTimeout takes the flow's dial (made at its SYN) once the peek
+	// timeout let the silent flow through.
+	afterTimeout := func() dial {
+		t.Helper()
+		d := h.zone.next(t)
+		waitLetThrough(t, h, netip.AddrPortFrom(jail4, port))
+		return d
+	}
 	refused := func(d dial, hostGot []byte, rule string) {
 		t.Helper()
 		h.waitRST(t)
@@ -98,14 +138,14 @@ func TestNamesPeekTimeoutThenOtherName(t *testing.T) {
 
 	// Silence until the dial, then a ClientHello for another name.
 	send, _ := next(443)
-	d := h.zone.next(t) // dialed after the timeout, nothing sent yet
+	d := afterTimeout() // let through at the timeout, nothing sent yet
 	send(other)
 	refused(d, nil, "sni mismatch: other.test")
 
 	// The same in small segments (as few as the harness's queue of
 	// packets holds the answers to): the last one is never relayed.
 	send, _ = next(443)
-	d = h.zone.next(t)
+	d = afterTimeout()
 	last := 0
 	for i := 0; i < len(other); i += 32 {
 		last = i
@@ -115,13 +155,13 @@ func TestNamesPeekTimeoutThenOtherName(t *testing.T) {
 
 	// Silence, then no SNI.
 	send, _ = next(443)
-	d = h.zone.next(t)
+	d = afterTimeout()
 	send(clientHello(t, ""))
 	refused(d, nil, "no sni")
 
 	// Silence, then an HTTP request for another host.
 	send, _ = next(80)
-	d = h.zone.next(t)
+	d = afterTimeout()
 	send(req)
 	refused(d, nil, "http host mismatch: other.test")
 
@@ -160,7 +200,7 @@ func TestNamesPeekTimeoutThenOtherName(t *testing.T) {
 	// server-first protocol's answer.
 	good := clientHello(t, "api.test")
 	send, _ = next(443)
-	d = h.zone.next(t)
+	d = afterTimeout()
 	send(good)
 	if got := hostReads(t, d, len(good)); !bytes.Equal(got, good) {
 		t.Fatal("the ClientHello for api.test was not relayed whole")
@@ -170,7 +210,7 @@ func TestNamesPeekTimeoutThenOtherName(t *testing.T) {
 	d.peer.Close()
 
 	send, _ = next(22)
-	d = h.zone.next(t)
+	d = afterTimeout()
 	send([]byte("SSH-2.0-client\r\n"))
 	send([]byte("\x00\x00\x01\x0c\x0a\x14 binary"))
 	if got := hostReads(t, d, 29); !strings.HasPrefix(string(got), "SSH-2.0-client\r\n") {
@@ -185,7 +225,7 @@ func TestNamesPeekTimeoutThenOtherName(t *testing.T) {
 }
 
 // Other ways of naming another host in the first message: each refused
-// before any dial.
+// before any byte reaches the host.
 func TestNamesFirstMessageEvasions(t *testing.T) {
 	h := newNamesHarness(t, map[string][]uint16{"api.test": nil, "other.test": nil, "kit.test": nil}, NameConfig{PeekTimeout: time.Minute})
 	h.zone.addA("api.test", "203.0.113.10")
@@ -227,9 +267,10 @@ func TestNamesFirstMessageEvasions(t *testing.T) {
 			to = tt.to
 		}
 		send := h.attackFlow(t, netip.AddrPortFrom(jail4, port), netip.AddrPortFrom(to, 443))
+		d := h.zone.next(t) // connected at the SYN
 		send(tt.payload)
 		h.waitRST(t)
-		h.zone.none(t)
+		hostGets(t, d, nil)
 		bl := h.blocks.list()
 		if len(bl) == 0 || bl[len(bl)-1].Rule != tt.rule {
 			t.Fatalf("%s: blocks %+v, want the last %q", tt.name, bl, tt.rule)
@@ -307,14 +348,15 @@ func TestNamesAddressFormsAfterLiveUpdate(t *testing.T) {
 	// The name, after the update: the check still runs.
 	port++
 	send := h.attackFlow(t, netip.AddrPortFrom(jail4, port), netip.AddrPortFrom(api, 443))
+	d := h.zone.next(t)
 	send(clientHello(t, "other.test"))
 	h.waitRST(t)
-	h.zone.none(t)
+	hostGets(t, d, nil)
 	port++
 	send = h.attackFlow(t, netip.AddrPortFrom(jail4, port), netip.AddrPortFrom(api, 443))
 	good := clientHello(t, "api.test")
 	send(good)
-	d := h.zone.next(t)
+	d = h.zone.next(t)
 	hostReads(t, d, len(good))
 	d.peer.Close()
 }
@@ -331,12 +373,14 @@ func TestNamesPool6SNICheck(t *testing.T) {
 	}
 	dst := netip.AddrPortFrom(api6, 443)
 	send := h.attackFlow(t, netip.AddrPortFrom(jail6, 49900), dst)
+	d := h.zone.next(t)
 	send(clientHello(t, "other.test"))
 	h.waitRST(t)
-	h.zone.none(t)
+	hostGets(t, d, nil)
 
 	send = h.attackFlow(t, netip.AddrPortFrom(jail6, 49901), dst)
-	d := h.zone.next(t) // the timeout
+	d = h.zone.next(t)
+	waitLetThrough(t, h, netip.AddrPortFrom(jail6, 49901))
 	send(clientHello(t, "other.test"))
 	h.waitRST(t)
 	hostGets(t, d, nil)
@@ -393,7 +437,8 @@ func TestNamesWatchPartialTake(t *testing.T) {
 	src := netip.AddrPortFrom(jail4, 49950)
 	dst := netip.AddrPortFrom(api, 80)
 	iss := nh.handshake(t, src, dst)
-	d := z.next(t) // silence: dialed at the timeout, watched
+	d := z.next(t)
+	waitLetThrough(t, nh, src) // silence: let through at the timeout, watched
 	s1 := []byte("GET / HTTP/1.1\r\nX: " + strings.Repeat("a", budget-1500) + "\r\nHost: api.test\r\n")
 	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: s1}.bytes())
 	var took uint32
@@ -439,9 +484,8 @@ func TestNamesHostLoopbackNeverDialed(t *testing.T) {
 	syn := answerAddrs(t, h.query(t, "lo.test.", dnsmessage.TypeA), "lo.test.")[0]
 	src := netip.AddrPortFrom(jail4, 44100)
 	dst := netip.AddrPortFrom(syn, 8081)
-	iss := h.handshake(t, src, dst)
-	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: []byte("\x00x")}.bytes())
-	h.waitRST(t)
+	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagSyn, seq: 1000}.bytes())
+	h.waitRST(t) // at the SYN: connection refused
 	h.zone.none(t)
 	const rule = "host loopback: only --allow-host-port ports at the gateway address reach it"
 	var got []string

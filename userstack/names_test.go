@@ -517,13 +517,12 @@ func TestNamesTCPRawDeferredDial(t *testing.T) {
 	src := netip.AddrPortFrom(jail4, 44000)
 
 	// Raw TCP (neither TLS nor HTTP) to an allowed name: the SYN is
-	// answered before any dial, the first bytes then reach the host at
-	// the name's real address.
+	// answered once the name's real address is connected, the first bytes
+	// then reach the host.
 	dst := netip.AddrPortFrom(api, 7000)
 	iss := h.handshake(t, src, dst)
-	h.zone.none(t)
-	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: []byte("\x00raw hello")}.bytes())
 	d := h.zone.next(t)
+	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: []byte("\x00raw hello")}.bytes())
 	if d.address != "203.0.113.10:7000" {
 		t.Fatalf("dialed %s, want the name's real address 203.0.113.10:7000", d.address)
 	}
@@ -544,8 +543,8 @@ func TestNamesTCPRawDeferredDial(t *testing.T) {
 	}
 	d.peer.Close()
 
-	// A server that speaks first: no bytes from the sandbox, dialed after
-	// the peek timeout.
+	// A server that speaks first: no bytes from the sandbox; its banner
+	// reaches the sandbox.
 	src2 := netip.AddrPortFrom(jail4, 44001)
 	dst2 := netip.AddrPortFrom(ssh, 22)
 	h.handshake(t, src2, dst2)
@@ -570,12 +569,12 @@ func TestNamesTCPRawDeferredDial(t *testing.T) {
 	h.send(tcpSeg{src: src3, dst: netip.AddrPortFrom(ssh, 443), flags: header.TCPFlagSyn, seq: 1000}.bytes())
 	h.waitRST(t)
 
-	// An allowed name that resolves only into blocked ranges: refused,
-	// recorded, never dialed (no DNS rebinding into the host's network).
+	// An allowed name that resolves only into blocked ranges: refused at
+	// the SYN, recorded, never dialed (no DNS rebinding into the host's
+	// network).
 	src4 := netip.AddrPortFrom(jail4, 44003)
 	dst4 := netip.AddrPortFrom(internal, 80)
-	iss = h.handshake(t, src4, dst4)
-	h.send(tcpSeg{src: src4, dst: dst4, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: []byte("\x00x")}.bytes())
+	h.send(tcpSeg{src: src4, dst: dst4, flags: header.TCPFlagSyn, seq: 1000}.bytes())
 	h.waitRST(t)
 	h.zone.none(t)
 
@@ -737,7 +736,7 @@ func TestNamesTLSAndHTTPCrossCheck(t *testing.T) {
 		before := len(h.blocks.list())
 		open(r.payload, 1000)
 		h.waitRST(t)
-		h.zone.none(t)
+		hostGets(t, h.zone.next(t), nil) // connected at the SYN, written nothing
 		bl := h.blocks.list()
 		if len(bl) != before+1 || bl[before].Name != "api.test" || bl[before].Rule != r.rule || bl[before].Proto != netpolicy.ProtoTCP {
 			t.Fatalf("blocks %+v, want tcp api.test (%s)", bl[before:], r.rule)
@@ -801,7 +800,7 @@ func TestNamesPeekTimeoutPartial(t *testing.T) {
 	hello := clientHello(t, "other.test")
 	h.send(tcpSeg{src: src2, dst: dst2, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: hello[:20]}.bytes())
 	h.waitRST(t)
-	h.zone.none(t)
+	hostGets(t, h.zone.next(t), nil)
 	if bl := h.blocks.list(); len(bl) != 1 || bl[0].Rule != "incomplete TLS ClientHello" {
 		t.Fatalf("blocks %+v", bl)
 	}

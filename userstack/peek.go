@@ -1,55 +1,64 @@
 package userstack
 
 import (
+	"net/netip"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
-// Deferred dial, for TCP flows to names (names.go).
+// First bytes, for TCP flows to names (names.go).
 //
-// A flow to a name is not dialed when its SYN comes: the stack answers
-// the SYN itself (the flow has no host socket yet, and pend, which the
-// relay fills when the host socket is full, holds what the sandbox sends),
-// takes the sandbox's first bytes, at most peekMax of them (the window
-// past them is not acknowledged), and looks at them:
+// A flow to a name connects as a flow to an address does (issue 30): the
+// name is resolved on the host side when the sandbox's SYN comes, the
+// first address the policy does not block is dialed, and the SYN is
+// answered only with what the dial found: a SYN-ACK once the host
+// connected; a RST when the host refused, or when no address of the name
+// may be dialed (recorded: "resolves only to blocked addresses", "does
+// not resolve on the host"); an ICMP unreachable for an unreachable host;
+// nothing when the connect timed out (the sandbox's own SYN retries then
+// time out). A name whose answer is in the resolver cache (the sandbox
+// just asked for it: that is how it got the synthetic address) is dialed
+// from the event loop at once, as an address is; otherwise the lookup
+// and the dial run on a worker. `nc -z`, a health check or a happy-eyeballs
+// client sees what it would see without the jail.
+//
+// What the sandbox sends is still looked at before any of it reaches the
+// host: the connected host socket is written nothing (pend, which the
+// relay fills when the host socket is full, holds what the sandbox sends;
+// pendWaiting without EPOLLOUT interest) until the sandbox's first bytes,
+// at most peekMax of them (the window past them is not acknowledged), are
+// decided:
 //   - a TLS ClientHello: its SNI must be the flow's name (case does not
 //     matter); another name ("sni mismatch": domain fronting, or a name
 //     the allowlist never resolved) or none ("no sni") is refused with a
-//     RST and recorded;
+//     RST and recorded, and the host socket closed with a RST, written
+//     nothing;
 //   - an HTTP request: its Host must be the flow's name, the same way;
 //   - neither (raw TCP: SSH, a database, a custom protocol): allowed; the
 //     name was already allowed on this port;
 //   - a malformed or oversized ClientHello or request: refused.
 //
-// Only then is the name resolved on the host side and the first address
-// the policy does not block dialed; the buffered bytes are written to the
-// host once it connects, and the flow goes on as any relayed flow. A
-// client that waits for the server to speak first (SSH, SMTP) sends
-// nothing: after PeekTimeout without a byte the flow is dialed as
-// "neither". A short message followed by silence that may begin an HTTP
-// request line (any word: "x", "PING") is dialed as "neither" after
-// PeekTimeout too; the start of a ClientHello that stops short of its end
-// is waited for up to peekWaitMax in all, then refused. A flow dialed at
-// the timeout is not left unchecked: what its client sends next is read
-// with its first bytes before it is relayed (peekwatch.go), so waiting
-// out the timeout and then naming another host gets a RST as well.
+// Once allowed, the held bytes are written and the flow goes on as any
+// relayed flow. The host's own data is relayed meanwhile, as on any flow
+// (a server that speaks first: SSH, SMTP): a client that waits for it
+// answers it, and its answer is what is looked at. A client that sends
+// nothing within PeekTimeout is let through as "neither"; a short message
+// followed by silence that may begin an HTTP request line (any word: "x",
+// "PING") likewise after PeekTimeout; the start of a ClientHello that
+// stops short of its end is waited for up to peekWaitMax in all, then
+// refused. A flow let through at the timeout is not left unchecked: what
+// its client sends next is read with its first bytes before it is
+// relayed (peekwatch.go), so waiting out the timeout and then naming
+// another host gets a RST as well.
 //
 // A flow to a name counts among the connections opening (the cap of
-// Config.MaxInFlight) from its SYN until its host connect ends, connected
-// or failed: the wait for its first bytes, the name's resolution and the
-// connect all keep its place, as a plain flow's dial does. A sandbox that
-// completes its handshakes gains nothing: a SYN over the cap is dropped
-// (the sandbox retries it), and no more host sockets are ever connecting
-// at once than the cap (the count once ended at the sandbox's handshake
-// ACK, leaving deferred dials to blackholed addresses without a bound).
-//
-// What the sandbox sees differs from a plain relayed flow in one way: its
-// connect succeeds before the host is reached, so a refused or
-// unreachable destination ends in a RST after the connect instead of a
-// failed connect.
+// Config.MaxInFlight) from its SYN until its handshake completes, its
+// lookup and host connect included, as a flow to an address does; then
+// among the established flows (Config.MaxFlows), its host socket being
+// open.
 
 // peekWaitMax bounds the wait for the rest of a ClientHello that has
 // begun (a variable for the tests).
@@ -62,7 +71,7 @@ type peekState struct {
 	timer   loopTimer
 	armed   bool
 	started time.Time
-	done    bool // decided: resolving and dialing
+	done    bool // decided (allowed or refused)
 	// recheckAt: the bytes held before which looking at them again can
 	// tell nothing new (a ClientHello's announced length not reached).
 	recheckAt int
@@ -126,16 +135,26 @@ func (p *peekState) arm(d time.Duration) {
 	p.f.st.poll.arm(&p.timer, d)
 }
 
-// startName opens a flow to a name: the SYN is answered at once, no host
-// socket yet (st.mu is not held; the flow is in the table).
+// newPeek is the first-bytes state of a new flow to name (before it is
+// filed: no lock).
+func newPeek(f *tcpFlow, name string) *peekState {
+	p := &peekState{f: f, name: name}
+	p.timer = newLoopTimer(p)
+	return p
+}
+
+// startName dials a new flow to a name (st.mu is not held; the flow is
+// in the table, dialing): from the cache on the loop when it holds the
+// name's address, as an address is dialed; else on a worker.
 func (f *tcpFlow) startName(nf *nameFlow) {
-	f.mu.Lock()
-	defer f.unlock()
-	if f.state != tcpDialing {
-		return
-	}
+	st := f.st
 	if nf.dns {
-		fd, err := f.st.names.startDNSTCP(f.key.dst)
+		f.mu.Lock()
+		defer f.unlock()
+		if f.state != tcpDialing {
+			return
+		}
+		fd, err := st.names.startDNSTCP(f.key.dst)
 		if err != nil {
 			f.dialFailed(err)
 			return
@@ -144,13 +163,66 @@ func (f *tcpFlow) startName(nf *nameFlow) {
 		f.hostUp()
 		return
 	}
-	p := &peekState{f: f, name: nf.name}
-	p.timer = newLoopTimer(p)
-	f.peek = p
-	// pend collects the sandbox's data until the host socket is there
-	// (toHost writes nothing while writing is set).
-	f.flags |= pendWaiting
-	f.hostUp()
+	if st.cfg.Dialer == nil {
+		if target, ok := st.names.cachedTarget(f.key.dst, nf.name); ok {
+			f.connect(target)
+			return
+		}
+	}
+	if !st.goFlow(func() { f.dialName(nf.name) }) {
+		f.mu.Lock()
+		f.state = tcpClosed
+		f.unlock()
+	}
+}
+
+// cachedTarget is the address resolveTarget would dial for a flow to
+// name at dst, when the cache holds it fresh and nothing needs a wait (no
+// lookup, no IPv6 gate); false: ask resolveTarget (nothing is recorded
+// here).
+func (n *names) cachedTarget(dst netip.AddrPort, name string) (netip.AddrPort, bool) {
+	t := dnsmessage.TypeA
+	if dst.Addr().Is6() && !dst.Addr().Is4In6() {
+		t = dnsmessage.TypeAAAA
+	}
+	for _, a := range n.cached(name, t) {
+		if n.inPool(a) {
+			continue
+		}
+		target := netip.AddrPortFrom(a, dst.Port())
+		if !n.st.policyCheck(netpolicy.ProtoTCP, target).Allowed {
+			continue
+		}
+		if n.st.ipv6Gate(a) != nil {
+			return netip.AddrPort{}, false
+		}
+		return target, true
+	}
+	return netip.AddrPort{}, false
+}
+
+// dialName resolves the flow's name and dials the first address the
+// policy does not block (on a worker): the SYN is answered with what the
+// dial finds. No address to dial: a RST, as for a blocked address (the
+// refusal is recorded by resolveTarget).
+func (f *tcpFlow) dialName(name string) {
+	st := f.st
+	defer st.wg.Done()
+	target, _, ok := st.names.resolveTarget(st.ctx, netpolicy.ProtoTCP, f.key.dst, name, true)
+	if !ok {
+		f.mu.Lock()
+		defer f.unlock()
+		if f.state == tcpDialing && st.ctx.Err() == nil {
+			f.sendReset()
+		}
+		f.state = tcpClosed
+		return
+	}
+	if st.cfg.Dialer == nil {
+		f.connect(target)
+		return
+	}
+	f.dialVia(target)
 }
 
 // peekEstablished starts the wait for the first bytes once the sandbox
@@ -249,10 +321,12 @@ func clientHelloLeast(b []byte) int {
 	}
 }
 
-// refuse resets the sandbox's side and records the block.
+// refuse resets the sandbox's side, closes the host socket with a RST
+// (nothing was written to it) and records the block.
 func (p *peekState) refuse(rule string) {
 	f := p.f
 	p.done = true
+	p.stop()
 	f.st.blockName(netpolicy.ProtoTCP, f.key.dst, p.name, rule)
 	f.st.memGive(f.pendLen)
 	f.pend, f.pendLen = nil, 0
@@ -262,98 +336,19 @@ func (p *peekState) refuse(rule string) {
 	f.state = tcpClosed
 }
 
-// decide ends the peek: the name is resolved and dialed on a worker.
+// decide ends the peek: the flow is allowed, and what the sandbox sent
+// so far goes to the host (a FIN after it, if one came).
 func (p *peekState) decide(_ sniffResult, _ string) {
 	f := p.f
 	p.done = true
-	if p.armed {
-		f.st.poll.stop(&p.timer)
-		p.armed = false
-	}
-	st := f.st
-	if !st.goFlow(func() { defer st.wg.Done(); p.dial() }) {
-		f.state = tcpClosed
-	}
-}
-
-// dial resolves the flow's name and opens the host socket (on a worker).
-func (p *peekState) dial() {
-	f := p.f
-	st := f.st
-	target, _, ok := st.names.resolveTarget(st.ctx, netpolicy.ProtoTCP, f.key.dst, p.name, true)
-	var fd int
-	var err error
-	if ok {
-		if st.cfg.Dialer != nil {
-			fd, err = st.dialConn("tcp", target)
-		} else {
-			fd, err = dialSocket(unix.SOCK_STREAM, target)
-		}
-	}
-	f.mu.Lock()
-	defer f.unlock()
-	if ok && err == nil {
-		f.fd = fd // closed by unlock if the flow is
-	}
-	if f.state == tcpClosed || st.ctx.Err() != nil {
-		f.state = tcpClosed
-		return
-	}
-	if !ok || err != nil {
-		if err != nil {
-			st.cfg.Logf("userstack: dial tcp %s (%s) for %s: %v", target, p.name, f.key.dst, err)
-		}
-		f.sendReset()
-		f.flags |= resetHost
-		f.state = tcpClosed
-		return
-	}
-	_ = unix.SetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_OOBINLINE, 1)
+	p.stop()
 	f.peek = nil
-	// writing stays set: the first EPOLLOUT (the connect's end) flushes
-	// pend, passes a FIN on and clears it; a failed connect ends there.
-	if st.cfg.Dialer != nil {
-		f.openDone() // the Dialer's conn is connected: the flow is open
-	} else {
-		// The stack's own connect is still under way: it gets DialTimeout,
-		// as a Dialer's dial does (dialConn), not the kernel's SYN
-		// retries (about two minutes). The flow stays counted as opening
-		// until the connect ends (pollReady), or the flow does.
-		c := &connectWait{f: f}
-		c.timer = newLoopTimer(c)
-		f.connWait = c
-		st.poll.arm(&c.timer, st.cfg.DialTimeout)
-	}
+	f.flush()
 }
 
-// connectWait bounds a deferred dial's own non-blocking connect (Dialer
-// nil) by DialTimeout: the sandbox's side is established already, so a
-// connect that has not ended by then resets the flow, as a failed one
-// does. The first event of the host socket (EPOLLOUT, or an error) ends
-// the wait (pollReady).
-type connectWait struct {
-	f     *tcpFlow
-	timer loopTimer
-}
-
-func (c *connectWait) timerFired(*loopTimer) {
-	f := c.f
-	f.mu.Lock()
-	defer f.unlock()
-	if f.connWait != c || f.state == tcpClosed {
-		return // connected, or ended, meanwhile
-	}
-	f.connWait = nil
-	f.st.cfg.Logf("userstack: dial tcp for %s: %v after %v", f.key.dst, errDialTimeout, f.st.cfg.DialTimeout)
-	f.sendReset()
-	f.flags |= resetHost
-	f.state = tcpClosed
-}
-
-// endConnectWait stops the deferred connect's timer, if it runs.
-func (f *tcpFlow) endConnectWait() {
-	if f.connWait != nil {
-		f.st.poll.stop(&f.connWait.timer)
-		f.connWait = nil
+func (p *peekState) stop() {
+	if p.armed {
+		p.f.st.poll.stop(&p.timer)
+		p.armed = false
 	}
 }

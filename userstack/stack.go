@@ -57,11 +57,15 @@ const (
 	// accepted (tests use them) but break it.
 	MinUDPIdleTimeout = 2 * time.Minute
 	// DefaultMaxInFlight is how many TCP connections may be opening at
-	// once (dialing, or waiting for the sandbox's handshake ACK; a flow
-	// to a name until its deferred dial's connect ends, peek.go). High, so
+	// once (dialing, a flow to a name's lookup included, or waiting for
+	// the sandbox's handshake ACK). High, so
 	// a few blackholed or slow destinations cannot stall every other
 	// connection; bounded, so a SYN flood cannot take every descriptor.
 	DefaultMaxInFlight = 4096
+	// maxDefaultFlows and minDefaultFlows bound the default of
+	// Config.MaxFlows (defaultMaxFlows).
+	maxDefaultFlows = 16384
+	minDefaultFlows = 64
 	// DefaultMaxUDPFlows caps the UDP NAT entries (each a host socket
 	// bound to its own ephemeral port): a flood of new flows from the
 	// sandbox evicts its own least recently used ones instead of taking
@@ -122,6 +126,16 @@ type Config struct {
 	// DefaultMaxInFlight); a SYN over it is dropped, unanswered and
 	// unrecorded, and the sandbox retries it. Default DefaultMaxInFlight.
 	MaxInFlight int
+	// MaxFlows bounds the TCP flows relayed at once, opening or
+	// established: each holds a host socket (a descriptor of the
+	// launcher's). A SYN over it is refused with a RST and recorded
+	// (its rule names the cap); flows already open are kept. Default:
+	// half of what the launcher's RLIMIT_NOFILE (its soft limit, read
+	// when the stack starts) leaves beside MaxUDPFlows, at least 64 and
+	// at most 16,384 (defaultMaxFlows): a sandbox holding connections
+	// open cannot take every descriptor of the launcher, whose own
+	// work (the live policy's re-reads, new UDP mappings) needs some.
+	MaxFlows int
 	// MaxUDPFlows caps the live UDP flows; default DefaultMaxUDPFlows.
 	// A new flow beyond it evicts the least recently used one (its host
 	// socket closes), reported to OnEvict.
@@ -135,7 +149,8 @@ type Config struct {
 	// [Stack.UDPEvictions].
 	OnEvict func(netpolicy.Block)
 	// MaxRelayMemory bounds the bytes the TCP relay buffers across all
-	// flows (see mem.go); default DefaultMaxRelayMemory.
+	// flows (see mem.go), the connections into the sandbox's buffers
+	// included (publish.go); default DefaultMaxRelayMemory.
 	MaxRelayMemory int
 	// Now is the clock for UDP idle expiry and block timestamps; default
 	// time.Now. Tests inject a fake one.
@@ -239,6 +254,9 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	if cfg.MaxRelayMemory <= 0 {
 		cfg.MaxRelayMemory = DefaultMaxRelayMemory
 	}
+	if cfg.MaxFlows <= 0 {
+		cfg.MaxFlows = defaultMaxFlows(cfg.MaxUDPFlows)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -272,6 +290,12 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		// transport handlers; no local delivery shortcut.
 		HandleLocal: false,
 	})
+	if cfg.Inbound {
+		if err := boundInboundBuffers(s); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	st := &Stack{
 		ep:    ep,
 		cfg:   cfg,
@@ -511,3 +535,21 @@ func (st *Stack) emit(w *tunWrite, hdr []byte, v6 bool, l4At int, payload []byte
 // Config's Policy takes them over, see [netpolicy.Policy.Set]); flows
 // already open are kept. Safe to call from any goroutine.
 func (st *Stack) SetPolicy(next *netpolicy.Policy) { st.cfg.Policy.Set(next) }
+
+// defaultMaxFlows is Config.MaxFlows' default: half of the descriptors the
+// launcher's RLIMIT_NOFILE soft limit leaves beside udpFlows UDP mappings,
+// within [minDefaultFlows, maxDefaultFlows]. (Go raises the soft limit to
+// the hard one when a program starts.)
+func defaultMaxFlows(udpFlows int) int {
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil {
+		return minDefaultFlows
+	}
+	return flowsForNOFILE(r.Cur, udpFlows)
+}
+
+func flowsForNOFILE(nofile uint64, udpFlows int) int {
+	n := min(nofile, 1<<30)
+	left := int(n) - udpFlows
+	return min(max(left/2, minDefaultFlows), maxDefaultFlows)
+}

@@ -49,6 +49,8 @@ import (
 // # A flow's life
 //
 //	SYN from the sandbox, policy allows   newTCP: flow filed, tcpDialing
+//	  (over Config.MaxFlows: RST, recorded; to a name: resolved first,
+//	  no allowed address: RST, recorded; peek.go)
 //	  host connect completes              hostUp: SYN-ACK, tcpSynRcvd
 //	  host connect fails                  RST, ICMP unreachable or
 //	                                      silence (dialFailed), tcpClosed
@@ -342,8 +344,7 @@ type tcpFlow struct {
 	// registration on the event loop.
 	pollFD
 	flags flowFlags // what has happened to the flow (see flowFlags)
-	// opening: counted in st.opening (dialing or SYN-RCVD; a flow to a
-	// name until its deferred dial's connect ends, peek.go). Guarded by
+	// opening: counted in st.opening (dialing or SYN-RCVD). Guarded by
 	// both mu and the stack's mu: set and cleared under both, read under
 	// either. Not a bit of flags: those change under mu alone.
 	opening bool
@@ -380,9 +381,8 @@ type tcpFlow struct {
 	rtoTimer loopTimer // the dial's timeout while dialing
 	rtoFrom  time.Time // since when the oldest outstanding segment waits
 
-	peek     *peekState   // a flow to a name not dialed yet (peek.go)
-	connWait *connectWait // its own connect, once dialed, until it ends (peek.go)
-	watch    *flowWatch   // a flow to a name dialed before its first message (peekwatch.go)
+	peek  *peekState // a flow to a name whose first bytes are not decided yet (peek.go)
+	watch *flowWatch // a flow to a name let through before its first message (peekwatch.go)
 }
 
 // flowFlags are what has happened to a flow beyond its state: the
@@ -493,8 +493,7 @@ func (st *Stack) goFlow(fn func()) bool {
 }
 
 // openDone takes the flow out of the count of flows opening (called with
-// mu): it is established, or its deferred dial's connect ended. A flow
-// that closes first leaves the count when it is torn down (unlock).
+// mu): it is established. A flow that closes first leaves the count when it is torn down (unlock).
 func (f *tcpFlow) openDone() {
 	if !f.opening {
 		return
@@ -555,7 +554,9 @@ func (f *tcpFlow) unlock() {
 	f.flags |= tornDown
 	f.st.poll.stop(&f.ackTimer)
 	f.stopRTO()
-	f.endConnectWait()
+	if f.peek != nil {
+		f.peek.stop()
+	}
 	for i := range f.sent {
 		f.st.memGive(f.sent[i].cost)
 		f.sent[i].release()
@@ -598,8 +599,8 @@ func (f *tcpFlow) interest() uint32 {
 				f.waitMem(free) // read again once memory is given back
 			}
 		}
-		if f.has(pendWaiting) {
-			ev |= unix.EPOLLOUT
+		if f.has(pendWaiting) && f.peek == nil {
+			ev |= unix.EPOLLOUT // not while the first bytes are looked at (peek.go)
 		}
 	}
 	return ev

@@ -121,6 +121,13 @@ func (f *tcpFlow) dial(target netip.AddrPort, gate <-chan struct{}) {
 			return
 		}
 	}
+	f.dialVia(target)
+}
+
+// dialVia dials target through the configured Dialer (on a worker) and
+// answers the SYN with what it found.
+func (f *tcpFlow) dialVia(target netip.AddrPort) {
+	st := f.st
 	fd, err := st.dialConn("tcp", target)
 	f.mu.Lock()
 	defer f.unlock()
@@ -145,6 +152,11 @@ func (f *tcpFlow) hostUp() {
 	f.iss = seqnum.Value(f.st.cfg.tcpISS())
 	f.sndUna, f.sndNxt = f.iss, f.iss.Add(1)
 	f.state = tcpSynRcvd
+	if f.peek != nil {
+		// A flow to a name: nothing of the sandbox's is written to the
+		// host before its first bytes are decided (peek.go); pend holds it.
+		f.flags |= pendWaiting
+	}
 	f.sendSynAck()
 	f.startRTO()
 }
@@ -233,12 +245,8 @@ func (f *tcpFlow) pollReady(events uint32) {
 		f.flags |= hostSpokeFirst // read once the sandbox completes its handshake
 		return
 	}
-	if events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
-		f.endConnectWait() // a deferred dial's connect ended (peek.go)
-		f.openDone()
-		if f.has(pendWaiting) {
-			f.flush()
-		}
+	if events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 && f.has(pendWaiting) && f.peek == nil {
+		f.flush() // not while the first bytes are looked at (peek.go)
 	}
 	if events&unix.EPOLLPRI != 0 {
 		f.flags |= urgFromHost

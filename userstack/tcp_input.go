@@ -1,6 +1,7 @@
 package userstack
 
 import (
+	"fmt"
 	"net/netip"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -157,6 +158,9 @@ func (st *Stack) newTCP(in *tcpIn) {
 		f.mss = tcpDefaultMSS
 	}
 	f.mss = min(f.mss, st.maxSegment(f.v6))
+	if nf != nil && !nf.dns {
+		f.peek = newPeek(f, nf.name)
+	}
 	st.mu.Lock()
 	switch {
 	case st.closed:
@@ -164,6 +168,19 @@ func (st *Stack) newTCP(in *tcpIn) {
 		return
 	case st.tcp[key] != nil:
 		st.mu.Unlock() // a retransmitted SYN raced the first
+		return
+	case len(st.tcp) >= st.cfg.MaxFlows:
+		// Every flow holds a host socket: refused, as a blocked
+		// destination is, not dropped (waiting would not help while the
+		// sandbox keeps its connections open).
+		n := len(st.tcp)
+		st.mu.Unlock()
+		name := ""
+		if nf != nil {
+			name = nf.name
+		}
+		st.blockName(netpolicy.ProtoTCP, key.dst, name, fmt.Sprintf("too many TCP connections open at once (%d: the egress relay's cap, from the launcher's descriptor limit)", n))
+		st.rejectTCP(in)
 		return
 	case st.opening >= st.cfg.MaxInFlight:
 		st.mu.Unlock() // dropped: the sandbox retries the SYN
@@ -175,7 +192,7 @@ func (st *Stack) newTCP(in *tcpIn) {
 	f.opening = true
 	if nf != nil {
 		st.mu.Unlock()
-		f.startName(nf) // the SYN answered at once (peek.go)
+		f.startName(nf) // resolved and dialed; the SYN answered by the dial (peek.go)
 		return
 	}
 	if st.cfg.Dialer == nil && gate == nil {
@@ -236,11 +253,7 @@ func (f *tcpFlow) segment(in *tcpIn) {
 			return
 		}
 		f.state = tcpEstablished
-		if f.peek == nil {
-			// A flow to a name (peek.go) is still opening until its
-			// deferred dial ends: it keeps its place under the cap.
-			f.openDone()
-		}
+		f.openDone()
 		f.sndUna = ack
 		f.retries, f.rto = 0, tcpRTOMin
 		f.sndWnd = seqnum.Size(h.WindowSize()) << f.sndShift

@@ -85,6 +85,17 @@ func run(cmd string, args []string) error {
 			f.Close()
 		}
 		return err
+	case "connect":
+		// Connect only (as nc -z does), within MS milliseconds.
+		ms, err := strconv.Atoi(args[1])
+		if err != nil {
+			return err
+		}
+		c, err := net.DialTimeout("tcp", args[0], time.Duration(ms)*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		return c.Close()
 	case "tcp":
 		// Connect, send a line, expect it echoed.
 		c, err := net.DialTimeout("tcp", args[0], 5*time.Second)

@@ -1,0 +1,72 @@
+package jail
+
+import (
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack"
+)
+
+// pipeListener is a listener in memory: each conn pushed is accepted.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+// A published port's relays are in the jail's wait group, and closing the
+// port ends them (issue 34): the relay goroutines were started outside
+// it, so Jail.Close returned with relays still copying, holding host
+// sockets and gVisor endpoints of a stack that was gone. Here a relay
+// lasts as long as its host client's conn (it stands in for the copy);
+// the client never closes it.
+func TestPublishedRelaysWaitedFor(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	var ended atomic.Bool
+	old := relayTCPConn
+	relayTCPConn = func(_ *userstack.Stack, c net.Conn, _ netip.AddrPort, _ func(string, ...any)) {
+		entered <- struct{}{}
+		_, _ = io.Copy(io.Discard, c)
+		ended.Store(true)
+	}
+	defer func() { relayTCPConn = old }()
+
+	ln := &pipeListener{conns: make(chan net.Conn, 1), done: make(chan struct{})}
+	p := &Published{Publish: netpolicy.Publish{Proto: netpolicy.ProtoTCP, Port: 8080}, tcp: ln}
+	var wg sync.WaitGroup
+	p.serve(nil, netip.MustParseAddr("10.255.255.2"), time.Minute, func(string, ...any) {}, &wg)
+	client, server := net.Pipe()
+	defer client.Close()
+	ln.conns <- server
+	<-entered
+
+	p.Close()
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(20 * time.Second): // failsafe
+		t.Fatal("the wait for the published port's goroutines never ended: closing the port left its relay running")
+	}
+	if !ended.Load() {
+		t.Fatal("the wait for the published port's goroutines ended before its relay")
+	}
+}
