@@ -161,7 +161,7 @@ func TestShadowSurfaceNothingPlanted(t *testing.T) {
 				".config/gh/config.yml": "git_protocol: https\n", ".config/glab-cli/aliases.yml": "ci: pipeline ci\n",
 				// data lands where it is listed read-write
 				".cache/claude-cli-nodejs/data": "data\n",
-				".config/gh/hosts.yml": "token: new\n", ".config/glab-cli/config.yml": "hosts: {}\n",
+				".config/gh/hosts.yml":          "token: new\n", ".config/glab-cli/config.yml": "hosts: {}\n",
 			} {
 				if b, err := os.ReadFile(filepath.Join(home, rel)); err != nil || string(b) != want {
 					t.Errorf("~/%s on the host is %q (%v), want %q", rel, b, err, want)
