@@ -92,11 +92,9 @@ func ParseHomeEntry(v string) (HomeEntry, error) {
 	default:
 		return HomeEntry{}, fmt.Errorf("%q: mode %q is not ro, session or rw", v, f[1])
 	}
-	if strings.HasPrefix(p, "~/") {
-		p = p[2:]
-	}
+	p = strings.TrimPrefix(p, "~/")
 	if path.IsAbs(p) || p != path.Clean(p) || slices.Contains(strings.Split(p, "/"), "..") || strings.ContainsRune(p, 0) {
-		return HomeEntry{}, fmt.Errorf("%q: the path must be relative to your home directory, clean, with no ..", p)
+		return HomeEntry{}, fmt.Errorf("%q: the path must be relative to your home directory, clean, with no \"..\" component", p)
 	}
 	ok := false
 	for _, r := range homeEntryRoots {

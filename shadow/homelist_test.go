@@ -46,16 +46,6 @@ func withLinks(h host, in Inputs, links map[string]string) Inputs {
 	return in
 }
 
-func opsAt(l *Launch, dst string) []mounts.Op {
-	var out []mounts.Op
-	for _, op := range l.Options.Ops {
-		if op.Dst == dst || op.Src != "" && mounts.Within(op.Src, dst) {
-			out = append(out, op)
-		}
-	}
-	return out
-}
-
 // A link a session leaves below ~/.claude (or any tree sessions write)
 // never becomes the next launch's mount source: ~/.claude/local -> $HOME,
 // /proc, /run, /etc, a relative ".." link, and the same one level higher
