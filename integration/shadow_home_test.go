@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,5 +192,98 @@ func homeProbeCases(t *testing.T, vp string) map[string][]string {
 	return map[string][]string{
 		"P81": {vp, "-root", fixture, "-home", "/home/u", "P81"},
 		"P82": {vp, "-root", fixture, "-home", "/home/u", "P82"},
+	}
+}
+
+// denyClaude lists what the session sees of ~/.cache, ~/.local/share and
+// ~/.npm, then waits for the host to create a socket in
+// ~/.cache/git/credential (git's credential-cache daemon does that after
+// launch) and reports whether it can see it.
+const denyClaude = `#!/bin/sh
+cd "$HOME" && find .cache .local/share .npm -mindepth 1 2>/dev/null | sort | sed 's/^/seen: /'
+touch "$OLDPWD/ready"
+while [ ! -e "$OLDPWD/go" ]; do sleep 0.05; done
+if [ -e "$HOME/.cache/git/credential/socket" ]; then echo "socket: visible"; else echo "socket: absent"; fi
+exit 0
+`
+
+// A home with the credentials and host-executed files issue 27 found
+// under ~/.cache and ~/.local/share: inside the shadow, as root and as
+// uid 65534, only the listed entries are there (and Claude Code's own
+// two, empty), and a socket the host creates during the session in
+// ~/.cache/git/credential is not. Fails without the deny-by-default
+// list: every one of them was listed (bound back in bulk).
+func TestShadowHomeDenyByDefault(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			home := testutil.MkdirFor(t, uid)
+			ws := filepath.Join(home, "project")
+			files := map[string]string{
+				".cache/huggingface/token":                        "hf_secret",
+				".cache/p10k-instant-prompt-u.zsh":                "echo host-runs-this",
+				".cache/black/24.1/cache.pickle":                  "pickle",
+				".local/share/keyrings/login.keyring":             "secret",
+				".local/share/python_keyring/keyring_pass.cfg":    "secret",
+				".local/share/mkcert/rootCA-key.pem":              "KEY",
+				".local/share/docker/containers/x/config.v2.json": "ENV",
+				".local/share/fish/fish_history":                  "- cmd: export TOKEN=x",
+				".local/share/cargo/bin/rg":                       "#!/bin/sh",
+				".local/share/nautilus-python/extensions/x.py":    "import os",
+				".cache/uv/wheels/x.whl":                          "wheel",
+				".local/share/uv/python/cpython/bin/python3":      "#!/bin/sh",
+				".local/share/uv/credentials/credentials.toml":    "secret",
+				".npm/_cacache/index":                             "npm",
+				".cache/claude-cli-nodejs/log":                    "log",
+			}
+			must(t, os.MkdirAll(ws, 0o755))
+			must(t, os.MkdirAll(filepath.Join(home, ".cache/git/credential"), 0o700))
+			for rel, data := range files {
+				must(t, os.MkdirAll(filepath.Dir(filepath.Join(home, rel)), 0o755))
+				must(t, os.WriteFile(filepath.Join(home, rel), []byte(data), 0o600))
+			}
+			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home).CombinedOutput(); err != nil {
+				t.Fatalf("chown: %v %s", err, out)
+			}
+			prelude, claude := shadowHost(t, "egress-jail = 0\n", denyClaude)
+			done := make(chan testutil.Result, 1)
+			go func() { done <- runShadow(t, uid, home, ws, prelude, claude, surfaceEnv(home), "-p", "x") }()
+			var r testutil.Result
+			for {
+				if _, err := os.Stat(filepath.Join(ws, "ready")); err == nil {
+					break
+				}
+				select {
+				case r = <-done:
+					t.Fatalf("the session ended before it was ready: %v", r)
+				default:
+				}
+				exec.Command("sleep", "0.05").Run()
+			}
+			ln, err := net.Listen("unix", filepath.Join(home, ".cache/git/credential/socket"))
+			must(t, err)
+			defer ln.Close()
+			must(t, os.WriteFile(filepath.Join(ws, "go"), nil, 0o644))
+			r = <-done
+			if r.Code != 0 {
+				t.Fatalf("shadow: %v", r)
+			}
+			var seen []string
+			for _, l := range strings.Split(r.Stdout, "\n") {
+				if s, ok := strings.CutPrefix(l, "seen: "); ok {
+					seen = append(seen, s)
+				}
+			}
+			want := []string{".cache/claude-cli-nodejs", ".cache/claude-cli-nodejs/log", ".cache/uv", ".cache/uv/wheels", ".cache/uv/wheels/x.whl",
+				".local/share/applications", ".local/share/claude", ".local/share/uv", ".local/share/uv/python", ".local/share/uv/python/cpython",
+				".local/share/uv/python/cpython/bin", ".local/share/uv/python/cpython/bin/python3", ".npm/_cacache", ".npm/_cacache/index"}
+			if strings.Join(seen, "\n") != strings.Join(want, "\n") {
+				t.Errorf("seen inside:\n%s\nwant:\n%s\nstderr: %s", strings.Join(seen, "\n"), strings.Join(want, "\n"), r.Stderr)
+			}
+			if !strings.Contains(r.Stdout, "socket: absent\n") {
+				t.Errorf("the host's socket born during the session is visible inside:\n%s", r.Stdout)
+			}
+		})
 	}
 }
