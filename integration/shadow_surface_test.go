@@ -46,7 +46,8 @@ printf 'data\n' > "$H/.cache/fontconfig/data" && echo "data cache: ok"
 printf 'token: new\n' > "$H/.config/gh/hosts.yml" && echo "data gh-hosts: ok"
 printf 'hosts: {}\n' > "$H/.config/glab-cli/config.yml" && echo "data glab-config: ok"
 printf 'ok\n' > "$H/.local/share/uv/python/note" && cat "$H/.local/share/uv/python/note" >/dev/null && echo "session uv-python: ok"
-cat "$H/.local/share/bash-completion/completions/host" >/dev/null && echo "read bash-completion: ok"
+cat "$H/.local/share/bash-completion/completions/host" >/dev/null 2>&1 && echo "read bash-completion: ok" || echo "read bash-completion: not shown"
+printf 'data\n' > "$H/.cache/claude-cli-nodejs/data" && echo "data claude-cache: ok"
 # git inside the workspace repository
 git add -A . >/dev/null 2>&1
 echo one > file && git add file && git commit -qm one && echo "git commit: ok"
@@ -74,7 +75,7 @@ func surfaceHome(t *testing.T, uid int) (home, ws, remote string) {
 	t.Helper()
 	home = testutil.MkdirFor(t, uid)
 	ws = filepath.Join(home, "project")
-	for _, d := range []string{".claude/local", ".cache/fontconfig", ".cache/pre-commit", ".local/bin",
+	for _, d := range []string{".claude/local", ".cache/fontconfig", ".cache/pre-commit", ".cache/claude-cli-nodejs", ".local/bin",
 		".local/share/icons", ".local/share/bash-completion/completions", ".local/share/uv/python", ".local/share/uv/tools",
 		".local/share/nvim", ".config/gh", ".config/glab-cli", "project"} {
 		must(t, os.MkdirAll(filepath.Join(home, d), 0o755))
@@ -134,8 +135,10 @@ func TestShadowSurfaceNothingPlanted(t *testing.T) {
 					t.Errorf("planting %s was not refused inside:\n%s", name, out)
 				}
 			}
-			for _, want := range []string{"data icons: ok", "data cache: ok", "data gh-hosts: ok", "data glab-config: ok",
-				"session uv-python: ok", "read bash-completion: ok",
+			// Issue 27: icons, fontconfig and bash-completion are not on
+			// the list: empty inside, writes there stay in the session.
+			for _, want := range []string{"data gh-hosts: ok", "data glab-config: ok",
+				"session uv-python: ok", "read bash-completion: not shown", "data claude-cache: ok",
 				"git commit: ok", "git branch: ok", "git stash: ok", "git fetch: ok", "git push: ok"} {
 				if !strings.Contains(out, want+"\n") {
 					t.Errorf("missing %q inside:\n%s\nstderr: %s", want, out, r.Stderr)
@@ -146,7 +149,7 @@ func TestShadowSurfaceNothingPlanted(t *testing.T) {
 				".local/share/bash-completion/completions/git", ".local/share/zsh", ".local/share/fish", ".local/share/direnv",
 				".local/share/nvim/site", ".local/share/uv/tools/ruff", ".local/share/uv/python/cpython-3.12", ".local/share/uv/python/note",
 				".local/share/pipx", ".local/share/applications", ".local/share/claude", ".local/share/newtool",
-				".cache/pre-commit/repoabc", "project/.git/hooks/pre-commit", "project/.githooks/pre-commit", "project/.git-moved",
+				".cache/pre-commit/repoabc", ".local/share/icons/data.png", ".cache/fontconfig/data", "project/.git/hooks/pre-commit", "project/.githooks/pre-commit", "project/.git-moved",
 			} {
 				if _, err := os.Lstat(filepath.Join(home, rel)); err == nil {
 					t.Errorf("~/%s landed on the host", rel)
@@ -156,9 +159,9 @@ func TestShadowSurfaceNothingPlanted(t *testing.T) {
 				".local/bin/uv": "#!/bin/sh\necho host-uv\n", ".local/bin/uvx": "#!/bin/sh\necho host-uvx\n",
 				".claude/local/claude":  "#!/bin/sh\necho host-claude\n",
 				".config/gh/config.yml": "git_protocol: https\n", ".config/glab-cli/aliases.yml": "ci: pipeline ci\n",
-				// data lands
-				".local/share/icons/data.png": "data\n", ".cache/fontconfig/data": "data\n",
-				".config/gh/hosts.yml": "token: new\n", ".config/glab-cli/config.yml": "hosts: {}\n",
+				// data lands where it is listed read-write
+				".cache/claude-cli-nodejs/data": "data\n",
+				".config/gh/hosts.yml":          "token: new\n", ".config/glab-cli/config.yml": "hosts: {}\n",
 			} {
 				if b, err := os.ReadFile(filepath.Join(home, rel)); err != nil || string(b) != want {
 					t.Errorf("~/%s on the host is %q (%v), want %q", rel, b, err, want)
@@ -269,7 +272,7 @@ func TestShadowSurfaceVerifyProbes(t *testing.T) {
 			}
 			prelude, claude := shadowHost(t, "egress-jail = 0\n", fake)
 			r := runShadow(t, uid, home, ws, prelude, claude, surfaceEnv(home), "-p", "x")
-			for _, id := range []string{"P70", "P71", "P72", "P73", "P74", "P75", "P76", "P77", "P78", "P79", "P80"} {
+			for _, id := range []string{"P70", "P71", "P72", "P73", "P74", "P75", "P76", "P77", "P78", "P79", "P80", "P81", "P82"} {
 				if !strings.Contains(r.Stdout, id+"  BLOCKED") {
 					t.Errorf("%s is not BLOCKED inside the shadow:\n%s", id, r.Stdout)
 				}
@@ -301,19 +304,19 @@ func TestShadowSurfaceSymlinkedBindBacks(t *testing.T) {
 			home := testutil.MkdirFor(t, uid)
 			shared := testutil.MkdirFor(t, uid)
 			ws := filepath.Join(home, "project")
-			for _, d := range []string{filepath.Join(shared, ".claude"), filepath.Join(shared, "cache/pre-commit"), filepath.Join(shared, "cache/data"), ws} {
+			for _, d := range []string{filepath.Join(shared, ".claude"), filepath.Join(shared, "cache/pre-commit"), filepath.Join(shared, "cache/claude-cli-nodejs"), ws} {
 				must(t, os.MkdirAll(d, 0o755))
 				must(t, os.Chown(d, uid, uid))
 			}
 			must(t, os.Symlink(filepath.Join(shared, ".claude"), filepath.Join(home, ".claude")))
 			must(t, os.Symlink(filepath.Join(shared, "cache"), filepath.Join(home, ".cache")))
-			fake := "#!/bin/sh\necho state > $HOME/.claude/state && echo data > $HOME/.cache/data/x && echo planted > $HOME/.cache/pre-commit/hook && echo wrote\n"
+			fake := "#!/bin/sh\necho state > $HOME/.claude/state && echo data > $HOME/.cache/claude-cli-nodejs/x && echo planted > $HOME/.cache/pre-commit/hook && echo wrote\n"
 			prelude, claude := shadowHost(t, "egress-jail = 0\n", fake)
 			r := runShadow(t, uid, home, ws, prelude, claude, surfaceEnv(home), "-p", "x")
 			if r.Code != 0 || !strings.Contains(r.Stdout, "wrote") {
 				t.Fatalf("shadow: %v", r)
 			}
-			for rel, want := range map[string]bool{".claude/state": true, "cache/data/x": true, "cache/pre-commit/hook": false} {
+			for rel, want := range map[string]bool{".claude/state": true, "cache/claude-cli-nodejs/x": true, "cache/pre-commit/hook": false} {
 				_, err := os.Stat(filepath.Join(shared, rel))
 				if (err == nil) != want {
 					t.Errorf("%s in the symlinks' target: exists=%v, want %v", rel, err == nil, want)
@@ -333,7 +336,7 @@ func TestShadowSurfaceOverlayRefusedFallsBackReadOnly(t *testing.T) {
 	home := testutil.MkdirFor(t, 0)
 	scratch := testutil.MkdirFor(t, 0)
 	ws := filepath.Join(home, "project")
-	uv := filepath.Join(home, ".local/share/uv")
+	uv := filepath.Join(home, ".cache/uv")
 	for _, d := range []string{ws, uv, "l1", "u1", "w1", "m1", "u2", "w2"} {
 		if !filepath.IsAbs(d) {
 			d = filepath.Join(scratch, d)
@@ -344,7 +347,7 @@ func TestShadowSurfaceOverlayRefusedFallsBackReadOnly(t *testing.T) {
 	s := func(d string) string { return filepath.Join(scratch, d) }
 	stack := fmt.Sprintf(" && mount -t overlay o1 -o lowerdir=%s,upperdir=%s,workdir=%s %s && mount -t overlay o2 -o lowerdir=%s,upperdir=%s,workdir=%s %s",
 		s("l1"), s("u1"), s("w1"), s("m1"), s("m1"), s("u2"), s("w2"), uv)
-	fake := "#!/bin/sh\ncat $HOME/.local/share/uv/host-file && echo x > $HOME/.local/share/uv/planted && echo landed || echo refused\n"
+	fake := "#!/bin/sh\ncat $HOME/.cache/uv/host-file && echo x > $HOME/.cache/uv/planted && echo landed || echo refused\n"
 	prelude, claude := shadowHost(t, "egress-jail = 0\n", fake)
 	r := runShadow(t, 0, home, ws, prelude+stack, claude, surfaceEnv(home), "-p", "x")
 	if r.Code != 0 || !strings.Contains(r.Stdout, "host\nrefused\n") {

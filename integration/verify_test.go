@@ -135,6 +135,7 @@ func TestProbesDetectEscapes(t *testing.T) {
 	// file in the workspace.
 	cases["P54"] = []string{vp, "-workspace", ws, "P54"}
 	maps.Copy(cases, persistProbeCases(t, vp))
+	maps.Copy(cases, homeProbeCases(t, vp))
 
 	// A terminal of the "host" on stdin (the fixture has no devpts of its
 	// own), and a host socket under the fixture's /run whose listener is

@@ -88,10 +88,11 @@ type Op struct {
 	// Optional makes a missing Src a skip instead of an error (the
 	// --bind-try and --ro-bind-try forms).
 	Optional bool `json:"optional,omitempty"`
-	// Exact makes Src resolve with no symlink in any component: the
-	// planner resolved it already, and a symlink found there when the
-	// sandbox is built was put in since (a concurrent session racing a
-	// gitdir in its workspace into a link to /etc). The bind then fails.
+	// Exact makes Src resolve with no symlink in any component (binds and
+	// overlays alike): the planner resolved it already, and a symlink
+	// found there when the sandbox is built was put in since (a
+	// concurrent session racing a gitdir in its workspace, or a directory
+	// below ~/.claude, into a link to /etc). The mount then fails.
 	Exact bool `json:"exact,omitempty"`
 }
 

@@ -20,6 +20,9 @@ import (
 // the kernel refuses it, the directory is bound read-only instead: the
 // host stays as safe, only in-session writes there fail.
 func (b *builder) overlay(op Op) error {
+	if op.Exact {
+		return b.overlayExact(op)
+	}
 	hostSrc := oldRoot + op.Src
 	fi, err := os.Stat(hostSrc)
 	if err != nil {
@@ -39,6 +42,61 @@ func (b *builder) overlay(op Op) error {
 		return &Error{Op: "create mount point for overlay", Src: op.Src, Dst: op.Dst, Err: err}
 	}
 	fd, err := b.newOverlay(hostSrc, fi)
+	if err != nil {
+		b.warnf("%s: the kernel refused an overlay (%v); bound it read-only instead, so writes there fail for this session", op, err)
+		return b.bind(ro)
+	}
+	defer unix.Close(fd)
+	if err := b.attach(fd, op.Dst); err != nil {
+		return &Error{Op: string(op.Kind), Src: op.Src, Dst: op.Dst, Err: err}
+	}
+	return nil
+}
+
+// overlayExact is overlay for an Exact op: the source is opened with no
+// symlink in any component (a link put there since the plan fails the
+// launch, as for an exact bind), and the overlay's lower layer is that
+// open directory itself (the working directory while the overlay is
+// created, named "."), so nothing is looked up by name twice.
+func (b *builder) overlayExact(op Op) error {
+	src, err := resolveInHow(b.old, op.Src, unix.O_PATH, unix.RESOLVE_NO_SYMLINKS)
+	if err != nil {
+		if op.Optional && errors.Is(err, unix.ENOENT) {
+			b.warnf("skipped %s: the source disappeared", op)
+			return nil
+		}
+		if errors.Is(err, unix.ELOOP) {
+			err = fmt.Errorf("a symlink appeared in the path since the launch was planned (something changed it meanwhile); nothing was mounted: start again, and look at what replaced a directory with a link: %w", err)
+		}
+		return &Error{Op: string(op.Kind), Src: op.Src, Dst: op.Dst, Err: err}
+	}
+	defer unix.Close(src)
+	ro := op
+	ro.Kind = ROBind
+	var st unix.Stat_t
+	if err := unix.Fstat(src, &st); err != nil {
+		return &Error{Op: string(op.Kind), Src: op.Src, Dst: op.Dst, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return b.bind(ro)
+	}
+	if err := b.ensure(op.Dst, true); err != nil {
+		return &Error{Op: "create mount point for overlay", Src: op.Src, Dst: op.Dst, Err: err}
+	}
+	if err := unix.Fchdir(src); err != nil {
+		return &Error{Op: string(op.Kind), Src: op.Src, Dst: op.Dst, Err: err}
+	}
+	fi, err := os.Stat(".")
+	var fd int
+	if err == nil {
+		fd, err = b.newOverlay(".", fi)
+	}
+	if cerr := unix.Chdir("/"); cerr != nil {
+		if err == nil {
+			unix.Close(fd)
+		}
+		return &Error{Op: "chdir", Dst: "/", Err: cerr}
+	}
 	if err != nil {
 		b.warnf("%s: the kernel refused an overlay (%v); bound it read-only instead, so writes there fail for this session", op, err)
 		return b.bind(ro)

@@ -50,6 +50,9 @@ type Config struct {
 	// AllowSocket are host Unix sockets the sandbox may connect to
 	// (every other host socket is hidden).
 	AllowSocket []string `json:"allowSocket,omitempty"`
+	// HomeEntry are entries of ~/.cache, ~/.local/share (and a few
+	// package caches) shown inside besides the default list (HomeEntries).
+	HomeEntry []HomeEntry `json:"homeEntry,omitempty"`
 	// PassEnv are extra variable names allowed into the sandbox.
 	PassEnv []string `json:"passEnv,omitempty"`
 	// WritableGitHooks leaves the workspace's .git/hooks and .git/config
@@ -91,7 +94,7 @@ func (e *ConfigError) Error() string {
 // ParseConfig reads the file format: `key = value` or a bare `key`, one a
 // line; `#` starts a comment; blank lines are ignored. Repeatable keys
 // (allow-write, allow-ip, allow-domain, deny-domain, allow-host-port,
-// publish, allow-device, allow-socket, pass-env) add one entry a line.
+// publish, allow-device, allow-socket, home-entry, pass-env) add one entry a line.
 func ParseConfig(name string, r io.Reader) (Config, error) {
 	c := DefaultConfig()
 	sc := bufio.NewScanner(r)
@@ -171,6 +174,7 @@ var configKeys = []configKey{
 	{"publish", func(c *Config, v configValue) error { return addParsed(&c.Publish, v, netpolicy.ParsePublish) }},
 	{"allow-device", func(c *Config, v configValue) error { return addParsed(&c.AllowDevice, v, devicePattern) }},
 	{"allow-socket", func(c *Config, v configValue) error { return addParsed(&c.AllowSocket, v, absPath) }},
+	{"home-entry", func(c *Config, v configValue) error { return addParsed(&c.HomeEntry, v, ParseHomeEntry) }},
 	{"pass-env", func(c *Config, v configValue) error {
 		if err := v.need(); err != nil {
 			return err

@@ -183,6 +183,7 @@ func TestConfigKeysTable(t *testing.T) {
 		"allow-device":       "allow-device = /dev/dri/*",
 		"allow-socket":       "allow-socket = /run/x.sock",
 		"pass-env":           "pass-env = FOO",
+		"home-entry":         "home-entry = .cache/foo session",
 		"gitlab-host":        "gitlab-host = gitlab.example.org",
 		"pids-limit":         "pids-limit = 1000",
 		"debug":              "debug",

@@ -277,12 +277,14 @@ func Build(in Inputs) (*Launch, error) {
 		ops = append(ops, mounts.Op{Kind: mounts.Bind, Src: h(b), Dst: h(b), Optional: true})
 	}
 	// ~/.claude/local is Claude Code's old local install, which a shell
-	// alias on the host runs: per-session.
-	if isDir(h(".claude/local")) {
+	// alias on the host runs: per-session. It is below ~/.claude, which
+	// sessions write: confine (below) refuses it when it is a link.
+	if _, err := in.Stat(h(".claude/local")); err == nil {
 		ops = append(ops, mounts.Op{Kind: mounts.Overlay, Src: h(".claude/local"), Dst: h(".claude/local"), Optional: true})
 	}
-	ops = append(ops, surfaceOps(in, h(".cache"), cacheExec, nil)...)
-	ops = append(ops, surfaceOps(in, h(".local/share"), shareExec, shareMask)...)
+	// Issue 27: ~/.cache and ~/.local/share are empty but for the listed
+	// entries (homelist.go).
+	ops = append(ops, homeEntryOps(in, home, cfg.HomeEntry)...)
 	if !cfg.NoForge {
 		l.CreateDirs = append(l.CreateDirs, h(".config/gh"), h(".config/glab-cli"))
 		fops, create := forgeOps(h)
@@ -312,6 +314,11 @@ func Build(in Inputs) (*Launch, error) {
 		}
 		ops = append(ops, mounts.Op{Kind: mounts.Bind, Src: p, Dst: p, Optional: true})
 	}
+	// Issue 27: nothing below a tree sessions write becomes a mount
+	// source through a link (the workspace itself is the user's choice).
+	var cwarns []string
+	ops, cwarns = confine(in, ops, func(op mounts.Op) bool { return op.Src == l.Workspace && op.Dst == l.Workspace })
+	l.Warnings = append(l.Warnings, cwarns...)
 	devs, err := deviceOps(in, cfg.AllowDevice)
 	if err != nil {
 		return nil, err
@@ -334,7 +341,7 @@ func Build(in Inputs) (*Launch, error) {
 	if in.Resolve != nil {
 		resolve := resolverByParent(in)
 		for i, op := range ops {
-			if op.Kind.HasSource() {
+			if op.Kind.HasSource() && !op.Exact {
 				if r, err := resolve(op.Src); err == nil && path.IsAbs(r) {
 					ops[i].Src = path.Clean(r)
 				}

@@ -167,18 +167,22 @@ func TestBindBackList(t *testing.T) {
 	h["/home/u/.local/share/bash-completion"] = entry{dir: true}
 	h["/home/u/.cache/pre-commit"] = entry{dir: true}
 	h["/home/u/.cache/fontconfig"] = entry{dir: true}
+	h["/home/u/.cache/claude-cli-nodejs"] = entry{dir: true}
+	h["/home/u/.local/share/uv/python"] = entry{dir: true}
 	h["/home/u/.config/gh/hosts.yml"] = entry{}
 	h["/home/u/.config/gh/config.yml"] = entry{}
 	h["/home/u/.config/glab-cli/config.yml"] = entry{}
 	h["/home/u/.config/glab-cli/aliases.yml"] = entry{}
 	_, p := build(t, inputs(h, "-p", "hi"))
 	binds := dsts(p, mounts.Bind)
-	want := []string{"/home/u/.claude", "/home/u/.claude.json", "/home/u/.cache/fontconfig", "/home/u/.local/share/icons",
+	// Issue 27: only listed entries of ~/.cache and ~/.local/share
+	// (fontconfig, icons and bash-completion are not).
+	want := []string{"/home/u/.claude", "/home/u/.claude.json", "/home/u/.cache/claude-cli-nodejs",
 		"/home/u/.config/gh/hosts.yml", "/home/u/.config/glab-cli/config.yml", "/home/u/project"}
 	if !slices.Equal(binds, want) {
 		t.Errorf("read-write binds %q\nwant %q", binds, want)
 	}
-	if o := dsts(p, mounts.Overlay); !slices.Equal(o, []string{"/home/u/.cache/pre-commit", "/home/u/.local/share/bash-completion"}) {
+	if o := dsts(p, mounts.Overlay); !slices.Equal(o, []string{"/home/u/.cache/pre-commit", "/home/u/.local/share/uv/python"}) {
 		t.Errorf("per-session overlays %q", o)
 	}
 	for _, m := range p.Mounts {

@@ -1,20 +1,17 @@
 package shadow
 
 import (
-	"slices"
-
 	"github.com/claude-sandbox/claude-sandbox/mounts"
 )
 
 // The writable surface (issue 14): a session may write data the host
 // reads, never something the host later executes without the user
-// choosing to. The lists below are the subtrees of the bulk bind-backs
-// that hold programs, plugins, completions or commands the host runs;
-// docs/threat-model.md gives the reasoning for each.
+// choosing to. The lists below are the entries of ~/.local/share and
+// ~/.cache that hold programs, plugins, completions or commands the host
+// runs. Since issue 27 neither tree is bound back in bulk (homelist.go);
+// the lists now refuse a home-entry = ... rw for any of them.
 
 // shareExec are the entries of ~/.local/share the host executes from.
-// Each is shown per-session (an overlay: the host's files are readable,
-// writes vanish at exit).
 var shareExec = []string{
 	"bash-completion",            // completions/*: sourced by the host's bash on Tab
 	"zsh",                        // site-functions, completions: autoloaded by zsh
@@ -53,12 +50,8 @@ var shareExec = []string{
 	"lutris", "bottles", // Wine prefixes and runners the host launches
 }
 
-// shareMask are Claude Code's own writes into ~/.local/share (F4): an empty
-// per-session directory, whether or not the host has one.
-var shareMask = []string{"applications", "claude"}
-
 // cacheExec are the entries of ~/.cache that hold programs the host runs
-// or links into what it runs: per-session, like shareExec.
+// or links into what it runs.
 var cacheExec = []string{
 	"pre-commit",        // hook environments run by the host's git commit
 	"pre-commit-zsh",    // (older pre-commit layouts)
@@ -72,42 +65,6 @@ var cacheExec = []string{
 	"deno", "node-gyp", "yarn", "pnpm", // JavaScript modules and headers
 	"huggingface", "torch", // pickled models and hub code, executed on load
 	"JetBrains", "golangci-lint", "zig", "coursier",
-}
-
-// surfaceOps splits a bulk bind-back directory: dir becomes an empty
-// tmpfs (a top-level entry created inside lasts only the session), each
-// existing entry is bound back read-write, except those in perSession
-// (an overlay) and in masks (an empty tmpfs, present or not). Nothing is
-// created on the host. A missing dir is left to the home tmpfs.
-func surfaceOps(in Inputs, dir string, perSession, masks []string) []mounts.Op {
-	fi, err := in.Stat(dir)
-	if err != nil || !fi.IsDir() {
-		return nil
-	}
-	mode := mounts.Mode(fi.Mode().Perm())
-	if mode == 0 {
-		mode = 0o755
-	}
-	ops := []mounts.Op{{Kind: mounts.Tmpfs, Dst: dir, Mode: mode}}
-	var names []string
-	if in.ReadDir != nil {
-		names, _ = in.ReadDir(dir)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		p := dir + "/" + n
-		switch {
-		case slices.Contains(masks, n):
-		case slices.Contains(perSession, n):
-			ops = append(ops, mounts.Op{Kind: mounts.Overlay, Src: p, Dst: p, Optional: true})
-		default:
-			ops = append(ops, mounts.Op{Kind: mounts.Bind, Src: p, Dst: p, Optional: true})
-		}
-	}
-	for _, n := range masks {
-		ops = append(ops, mounts.Op{Kind: mounts.Tmpfs, Dst: dir + "/" + n, Mode: 0o755})
-	}
-	return ops
 }
 
 // forgeOps gives the forge CLIs their credentials file read-write and
