@@ -67,6 +67,12 @@ type Options struct {
 	// Logger, when set, receives every stage message the launcher sends
 	// and receives, at debug level (see protocol.go); nil: none.
 	Logger *slog.Logger
+	// Clipboard lets the command write the host terminal's clipboard
+	// (OSC 52) when that terminal is also its input (an interactive
+	// session, in which Claude Code copies that way). Off, or when the
+	// terminal is only the command's output, those writes are dropped;
+	// clipboard reads never pass. See termFilter.
+	Clipboard bool
 	// Early is init started ahead of the plan by [Prestart]: [Start]
 	// (or [Run]) takes it when it suits the plan, and stops it
 	// otherwise.
@@ -206,7 +212,7 @@ func initCloneFlags(p *plan.Plan) uintptr {
 // the /dev/null the stages get in their place.
 func (l *launch) terminalSetup() error {
 	if l.o.TTY == TTYAuto {
-		l.term = newTerminal(l.o.Stdin, l.o.Stdout, l.o.Stderr)
+		l.term = newTerminal(l.o.Stdin, l.o.Stdout, l.o.Stderr, l.o.Clipboard)
 	}
 	if l.term != nil {
 		// The stages never hold the host terminal: where the command
@@ -723,6 +729,7 @@ func (l *launch) supervise(sigs chan os.Signal) (int, error) {
 	if l.term != nil {
 		l.term.restore()
 	}
+	flushInput(l.o.Stdin, l.o.Stdout, l.o.Stderr)
 	mu.Lock()
 	defer mu.Unlock()
 	if stackErr != nil {
@@ -808,12 +815,19 @@ func userNSHint(sysctl func(string) (string, bool)) string {
 // redirected stream stays a plain pipe or file. Keystrokes are relayed
 // only when stdin was the terminal (input); otherwise the host terminal is
 // never read and never put in raw mode.
+//
+// The output goes through a termFilter: when the terminal it reaches is
+// not the command's input (stdin is not that terminal), whatever would
+// make the terminal answer is dropped, since the answer would be typed
+// into the host's shell; when it is, the answers come back to the
+// command, and only what touches the clipboard (or outlives the session)
+// is dropped.
 type terminal struct {
-	host   *os.File  // the terminal whose size and settings the pty copies
-	in     *os.File  // stdin, when it is the terminal
-	out    io.Writer // where the pty's output goes
-	fds    []int     // the command's fds that get the pty
-	input  bool      // stdin is a terminal: relay keystrokes, raw mode
+	host   *os.File      // the terminal whose size and settings the pty copies
+	in     *os.File      // stdin, when it is the terminal
+	out    *filterWriter // where the pty's output goes
+	fds    []int         // the command's fds that get the pty
+	input  bool          // stdin is a terminal: relay keystrokes, raw mode
 	master *os.File
 	saved  *unix.Termios
 	once   sync.Once
@@ -821,7 +835,7 @@ type terminal struct {
 
 // newTerminal returns the pty plan for the launcher's stdio, or nil when
 // none of it is a terminal.
-func newTerminal(stdin, stdout, stderr *os.File) *terminal {
+func newTerminal(stdin, stdout, stderr *os.File, clipboard bool) *terminal {
 	t := &terminal{}
 	stdio := []*os.File{stdin, stdout, stderr}
 	var outTTY *os.File
@@ -850,8 +864,45 @@ func newTerminal(stdin, stdout, stderr *os.File) *terminal {
 		// then dropped rather than left to fill the pty.
 		outTTY = stdin
 	}
-	t.out = &dropOnError{w: outTTY}
+	// Answers reach the command only where the terminal written to is
+	// the one read from.
+	interactive := t.input && sameTerminal(stdin, outTTY)
+	t.out = &filterWriter{f: newTermFilter(interactive, clipboard), w: &dropOnError{w: outTTY}}
 	return t
+}
+
+// sameTerminal reports whether a and b are the same terminal device.
+func sameTerminal(a, b *os.File) bool {
+	var sa, sb unix.Stat_t
+	if unix.Fstat(int(a.Fd()), &sa) != nil || unix.Fstat(int(b.Fd()), &sb) != nil {
+		return false
+	}
+	return sa.Rdev == sb.Rdev && sa.Mode&unix.S_IFMT == unix.S_IFCHR && sb.Mode&unix.S_IFMT == unix.S_IFCHR
+}
+
+// flushInput discards what is pending in the input of each terminal among
+// the launcher's stdio once the sandbox has ended: an answer the terminal
+// gave to something the command wrote, or anything typed for the command
+// and not read, is not left for the host's shell to run. A terminal whose
+// foreground job is not this process's is left alone (tcflush from the
+// background stops the process with SIGTTOU, and the input is that job's).
+func flushInput(files ...*os.File) {
+	seen := map[uint64]bool{}
+	for _, f := range files {
+		if f == nil || !isTerminal(f) {
+			continue
+		}
+		var st unix.Stat_t
+		fd := int(f.Fd())
+		if unix.Fstat(fd, &st) != nil || seen[st.Rdev] {
+			continue
+		}
+		seen[st.Rdev] = true
+		if pg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && pg != unix.Getpgrp() {
+			continue
+		}
+		_ = unix.IoctlSetInt(fd, unix.TCFLSH, unix.TCIFLUSH)
+	}
 }
 
 func isTerminal(f *os.File) bool {
@@ -927,6 +978,7 @@ func (t *terminal) relay(wg *sync.WaitGroup) {
 	go func() {
 		defer wg.Done()
 		_, _ = io.Copy(t.out, t.master)
+		_ = t.out.Close()
 	}()
 }
 

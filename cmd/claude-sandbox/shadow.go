@@ -90,14 +90,14 @@ func shadowMain(args []string, dryRun bool, stdout, stderr io.Writer) int {
 	// What stayed outside, as salted digests, for verify's P12.
 	l.Options.SetEnv = append(l.Options.SetEnv, [2]string{shadow.ScrubbedEnv, shadow.Scrubbed(in.Environ, nil)})
 	if dryRun {
-		return launch("claude", l.Options, runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile}, dryRun, stdout, stderr)
+		return launch("claude", l.Options, runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile, osc52: cfg.OSC52}, dryRun, stdout, stderr)
 	}
 	// The watched files are the session's to change: read them as
 	// readRegular does (Claude Code's ~/.claude.json grows large).
 	host := shadow.Host{ReadFile: func(p string) ([]byte, error) { return readRegular(p, 256<<20) }, Walk: walkTree, Home: in.Home,
 		Exists: func(p string) bool { _, err := os.Lstat(p); return err == nil }, Readlink: os.Readlink}
 	before := shadow.Take(l.Watch, host)
-	code := launch("claude", l.Options, runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile}, dryRun, stdout, stderr)
+	code := launch("claude", l.Options, runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile, osc52: cfg.OSC52}, dryRun, stdout, stderr)
 	reportChanges(in.Home, shadow.Changes(before, shadow.Take(l.Watch, host)), stderr)
 	return code
 }
