@@ -106,7 +106,8 @@ type launch struct {
 	ich                   *channel // init's, once started
 	cmd                   *stageCmd
 	term                  *terminal
-	null                  *os.File // the stages' stdio in place of a host terminal
+	cg                    *pidsCgroup // the process limit, where pid_max cannot be set
+	null                  *os.File    // the stages' stdio in place of a host terminal
 	attached              bool
 	fds                   map[byte][]*os.File // received, not yet claimed
 
@@ -158,6 +159,10 @@ func (l *launch) closeAll() {
 	}
 	if l.term != nil {
 		l.term.close()
+	}
+	if l.cg != nil {
+		l.cg.remove() // init is reaped by now, or killed and reaped by abort
+		l.cg = nil
 	}
 	if l.attached {
 		l.o.Jail.Close()
@@ -273,6 +278,16 @@ func (l *launch) start(spawned bool) (int, error) {
 		start.PTYFds = l.term.fds
 		start.Winsize, start.Termios = l.term.state()
 	}
+	if p.PidsLimit > 0 {
+		if unsettable, why := pidMaxUnsettable(); unsettable {
+			cg, err := newPidsCgroup(p.PidsLimit)
+			if err != nil {
+				start.PidsNoCgroup = fmt.Sprintf("%s, and no pids cgroup could be made (%v)", why, err)
+			} else {
+				l.cg, start.PidsCgroup = cg, true
+			}
+		}
+	}
 	startMsg, err := encodeMsg(msgStartInit, start)
 	if err != nil {
 		return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", err))
@@ -282,6 +297,10 @@ func (l *launch) start(spawned bool) (int, error) {
 		// a word is seen at once.
 		if err := l.awaitHello(ch); err != nil {
 			return ExitSetup, err
+		}
+		// Before init has the plan: it forks nothing before.
+		if err := l.enterCgroup(); err != nil {
+			return l.abort(err)
 		}
 	}
 	sendErr := ch.sendEncoded(startMsg)
@@ -303,6 +322,10 @@ func (l *launch) start(spawned bool) (int, error) {
 		if err := l.awaitHello(ch); err != nil {
 			return ExitSetup, err
 		}
+		// Before "go": init forks nothing before it.
+		if err := l.enterCgroup(); err != nil {
+			return l.abort(err)
+		}
 		// If init already failed, this send fails too; its error
 		// message is read below.
 		_ = ch.send(msgGo, nil)
@@ -320,6 +343,17 @@ func (l *launch) start(spawned bool) (int, error) {
 		l.term.master = master
 	}
 	return 0, nil
+}
+
+// enterCgroup moves init into the sandbox's pids cgroup, if it has one.
+func (l *launch) enterCgroup() error {
+	if l.cg == nil {
+		return nil
+	}
+	l.mu.Lock()
+	pid := l.initPID
+	l.mu.Unlock()
+	return l.cg.add(pid)
 }
 
 // newChannel opens the launcher's end of a stage's channel: warnings go

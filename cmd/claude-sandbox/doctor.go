@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/guard"
+	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/shadow"
 )
 
@@ -99,6 +100,8 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 	}
 	check("a sandbox starts for an unprivileged user", startFix)
 	check("/dev/net/tun for the egress jail (--net=jail, the default)", tunProblem("/dev/net/tun"))
+	kind, fix := nsexec.PidsLimitKind()
+	check("process limit (--pids-limit) for this user: "+kind, fix)
 
 	// The installed layout: only where the shadow is (being) used.
 	fmt.Fprintln(stdout, "The shadow (claude run inside the sandbox; sudo claude-sandbox install sets it up):")
