@@ -245,6 +245,13 @@ func initSandbox(ch *channel, start startInit) (int, error) {
 	if err := dropPrivileges(); err != nil {
 		return 0, err
 	}
+	// On this (locked) thread, from which the command is forked; after
+	// no_new_privs, which it needs.
+	if w, err := scopeLandlock(p.Net == plan.NetHost); err != nil {
+		return 0, err
+	} else if w != "" {
+		_ = ch.send(msgWarning, warning{Text: w})
+	}
 	if err := installFilter(p.HostRoot); err != nil {
 		return 0, err
 	}
