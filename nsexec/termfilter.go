@@ -80,6 +80,16 @@ func (f *termFilter) filter(dst, src []byte) []byte {
 	}
 	for i := 0; i < len(src); {
 		b := src[i]
+		if f.st == stGround && b >= 0x20 && b < 0x7f {
+			// A run of printable ASCII: copied whole.
+			j := i + 1
+			for j < len(src) && src[j] >= 0x20 && src[j] < 0x7f {
+				j++
+			}
+			dst = append(dst, src[i:j]...)
+			i = j
+			continue
+		}
 		if b < utf8.RuneSelf {
 			dst = f.ascii(dst, b)
 			i++

@@ -150,3 +150,18 @@ func sixelOnly(s string) bool {
 	}
 	return true
 }
+
+// The filter's cost on a TUI's output: SGR-heavy text with cursor motion.
+func BenchmarkTermFilter(b *testing.B) {
+	chunk := []byte(strings.Repeat("\x1b[1;32mok\x1b[m line of text, é and ✓\r\n\x1b[2K\x1b[1A\x1b]8;;https://x/\x1b\\link\x1b]8;;\x1b\\", 64))
+	for _, interactive := range []bool{false, true} {
+		b.Run(map[bool]string{false: "answerless", true: "interactive"}[interactive], func(b *testing.B) {
+			f := newTermFilter(interactive, false)
+			var out []byte
+			b.SetBytes(int64(len(chunk)))
+			for range b.N {
+				out = f.filter(out[:0], chunk)
+			}
+		})
+	}
+}
