@@ -97,9 +97,13 @@ func TestLandlockSignalScoped(t *testing.T) {
 		select {
 		case werr = <-launcherDone:
 		case <-victimDone:
-			// Ended before the sandbox (nsenter failed, or the signal
-			// got through): the probe inside would wait for it forever.
-			_ = c.Process.Kill()
+			// Ended first. Killed (SIGKILL) by the end of the sandbox's
+			// PID namespace, the launcher is ending too; otherwise
+			// (nsenter failed, or the signal got through) the probe
+			// inside might wait for it forever.
+			if victim.ProcessState.String() != "signal: killed" {
+				_ = c.Process.Kill()
+			}
 			werr = <-launcherDone
 		}
 		res := strings.TrimSpace(out.String())
