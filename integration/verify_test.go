@@ -134,6 +134,8 @@ func TestProbesDetectEscapes(t *testing.T) {
 	// As host root with no filter, a set-ID bit holds on a root-owned
 	// file in the workspace.
 	cases["P54"] = []string{vp, "-workspace", ws, "P54"}
+	// This test's own process: several threads, in no Landlock domain.
+	cases["P60"] = []string{vp, "-initpid", strconv.Itoa(os.Getpid()), "P60"}
 	maps.Copy(cases, persistProbeCases(t, vp))
 	maps.Copy(cases, homeProbeCases(t, vp))
 

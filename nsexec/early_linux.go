@@ -77,6 +77,10 @@ func (e *Early) take(p *plan.Plan, o Options) *launch {
 	e.taken = true
 	l := e.l
 	l.p, l.o = p, o
+	if l.term != nil {
+		// The filter was made before the options came.
+		l.term.out.f.clipboard = o.Clipboard && l.term.out.f.interactive
+	}
 	return l
 }
 

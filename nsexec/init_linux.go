@@ -210,7 +210,7 @@ func initSandbox(ch *channel, start startInit) (int, error) {
 		return 0, errors.New("start message without a plan")
 	}
 	// Before the mounts: a root caller's view makes /proc/sys read-only.
-	if w, err := limitPids(p.PidsLimit, p.HostRoot); err != nil {
+	if w, err := limitPids(p.PidsLimit, p.HostRoot, start.PidsCgroup, start.PidsNoCgroup); err != nil {
 		return 0, err
 	} else if w != "" {
 		_ = ch.send(msgWarning, warning{Text: w})
@@ -244,6 +244,13 @@ func initSandbox(ch *channel, start startInit) (int, error) {
 	}
 	if err := dropPrivileges(); err != nil {
 		return 0, err
+	}
+	// On this (locked) thread, from which the command is forked; after
+	// no_new_privs, which it needs.
+	if w, err := scopeLandlock(p.Net == plan.NetHost); err != nil {
+		return 0, err
+	} else if w != "" {
+		_ = ch.send(msgWarning, warning{Text: w})
 	}
 	if err := installFilter(p.HostRoot); err != nil {
 		return 0, err

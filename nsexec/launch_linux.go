@@ -67,6 +67,12 @@ type Options struct {
 	// Logger, when set, receives every stage message the launcher sends
 	// and receives, at debug level (see protocol.go); nil: none.
 	Logger *slog.Logger
+	// Clipboard lets the command write the host terminal's clipboard
+	// (OSC 52) when that terminal is also its input (an interactive
+	// session, in which Claude Code copies that way). Off, or when the
+	// terminal is only the command's output, those writes are dropped;
+	// clipboard reads never pass. See termFilter.
+	Clipboard bool
 	// Early is init started ahead of the plan by [Prestart]: [Start]
 	// (or [Run]) takes it when it suits the plan, and stops it
 	// otherwise.
@@ -100,7 +106,8 @@ type launch struct {
 	ich                   *channel // init's, once started
 	cmd                   *stageCmd
 	term                  *terminal
-	null                  *os.File // the stages' stdio in place of a host terminal
+	cg                    *pidsCgroup // the process limit, where pid_max cannot be set
+	null                  *os.File    // the stages' stdio in place of a host terminal
 	attached              bool
 	fds                   map[byte][]*os.File // received, not yet claimed
 
@@ -152,6 +159,10 @@ func (l *launch) closeAll() {
 	}
 	if l.term != nil {
 		l.term.close()
+	}
+	if l.cg != nil {
+		l.cg.remove() // init is reaped by now, or killed and reaped by abort
+		l.cg = nil
 	}
 	if l.attached {
 		l.o.Jail.Close()
@@ -206,7 +217,7 @@ func initCloneFlags(p *plan.Plan) uintptr {
 // the /dev/null the stages get in their place.
 func (l *launch) terminalSetup() error {
 	if l.o.TTY == TTYAuto {
-		l.term = newTerminal(l.o.Stdin, l.o.Stdout, l.o.Stderr)
+		l.term = newTerminal(l.o.Stdin, l.o.Stdout, l.o.Stderr, l.o.Clipboard)
 	}
 	if l.term != nil {
 		// The stages never hold the host terminal: where the command
@@ -267,6 +278,16 @@ func (l *launch) start(spawned bool) (int, error) {
 		start.PTYFds = l.term.fds
 		start.Winsize, start.Termios = l.term.state()
 	}
+	if p.PidsLimit > 0 {
+		if unsettable, why := pidMaxUnsettable(); unsettable {
+			cg, err := newPidsCgroup(p.PidsLimit)
+			if err != nil {
+				start.PidsNoCgroup = fmt.Sprintf("%s, and no pids cgroup could be made (%v)", why, err)
+			} else {
+				l.cg, start.PidsCgroup = cg, true
+			}
+		}
+	}
 	startMsg, err := encodeMsg(msgStartInit, start)
 	if err != nil {
 		return l.abort(fmt.Errorf("hand the plan to the sandbox: %w", err))
@@ -276,6 +297,10 @@ func (l *launch) start(spawned bool) (int, error) {
 		// a word is seen at once.
 		if err := l.awaitHello(ch); err != nil {
 			return ExitSetup, err
+		}
+		// Before init has the plan: it forks nothing before.
+		if err := l.enterCgroup(); err != nil {
+			return l.abort(err)
 		}
 	}
 	sendErr := ch.sendEncoded(startMsg)
@@ -297,6 +322,10 @@ func (l *launch) start(spawned bool) (int, error) {
 		if err := l.awaitHello(ch); err != nil {
 			return ExitSetup, err
 		}
+		// Before "go": init forks nothing before it.
+		if err := l.enterCgroup(); err != nil {
+			return l.abort(err)
+		}
 		// If init already failed, this send fails too; its error
 		// message is read below.
 		_ = ch.send(msgGo, nil)
@@ -314,6 +343,17 @@ func (l *launch) start(spawned bool) (int, error) {
 		l.term.master = master
 	}
 	return 0, nil
+}
+
+// enterCgroup moves init into the sandbox's pids cgroup, if it has one.
+func (l *launch) enterCgroup() error {
+	if l.cg == nil {
+		return nil
+	}
+	l.mu.Lock()
+	pid := l.initPID
+	l.mu.Unlock()
+	return l.cg.add(pid)
 }
 
 // newChannel opens the launcher's end of a stage's channel: warnings go
@@ -723,6 +763,7 @@ func (l *launch) supervise(sigs chan os.Signal) (int, error) {
 	if l.term != nil {
 		l.term.restore()
 	}
+	flushInput(l.o.Stdin, l.o.Stdout, l.o.Stderr)
 	mu.Lock()
 	defer mu.Unlock()
 	if stackErr != nil {
@@ -867,12 +908,19 @@ var seccompFiltered = func() bool {
 // redirected stream stays a plain pipe or file. Keystrokes are relayed
 // only when stdin was the terminal (input); otherwise the host terminal is
 // never read and never put in raw mode.
+//
+// The output goes through a termFilter: when the terminal it reaches is
+// not the command's input (stdin is not that terminal), whatever would
+// make the terminal answer is dropped, since the answer would be typed
+// into the host's shell; when it is, the answers come back to the
+// command, and only what touches the clipboard (or outlives the session)
+// is dropped.
 type terminal struct {
-	host   *os.File  // the terminal whose size and settings the pty copies
-	in     *os.File  // stdin, when it is the terminal
-	out    io.Writer // where the pty's output goes
-	fds    []int     // the command's fds that get the pty
-	input  bool      // stdin is a terminal: relay keystrokes, raw mode
+	host   *os.File      // the terminal whose size and settings the pty copies
+	in     *os.File      // stdin, when it is the terminal
+	out    *filterWriter // where the pty's output goes
+	fds    []int         // the command's fds that get the pty
+	input  bool          // stdin is a terminal: relay keystrokes, raw mode
 	master *os.File
 	saved  *unix.Termios
 	once   sync.Once
@@ -880,7 +928,7 @@ type terminal struct {
 
 // newTerminal returns the pty plan for the launcher's stdio, or nil when
 // none of it is a terminal.
-func newTerminal(stdin, stdout, stderr *os.File) *terminal {
+func newTerminal(stdin, stdout, stderr *os.File, clipboard bool) *terminal {
 	t := &terminal{}
 	stdio := []*os.File{stdin, stdout, stderr}
 	var outTTY *os.File
@@ -909,8 +957,45 @@ func newTerminal(stdin, stdout, stderr *os.File) *terminal {
 		// then dropped rather than left to fill the pty.
 		outTTY = stdin
 	}
-	t.out = &dropOnError{w: outTTY}
+	// Answers reach the command only where the terminal written to is
+	// the one read from.
+	interactive := t.input && sameTerminal(stdin, outTTY)
+	t.out = &filterWriter{f: newTermFilter(interactive, clipboard), w: &dropOnError{w: outTTY}}
 	return t
+}
+
+// sameTerminal reports whether a and b are the same terminal device.
+func sameTerminal(a, b *os.File) bool {
+	var sa, sb unix.Stat_t
+	if unix.Fstat(int(a.Fd()), &sa) != nil || unix.Fstat(int(b.Fd()), &sb) != nil {
+		return false
+	}
+	return sa.Rdev == sb.Rdev && sa.Mode&unix.S_IFMT == unix.S_IFCHR && sb.Mode&unix.S_IFMT == unix.S_IFCHR
+}
+
+// flushInput discards what is pending in the input of each terminal among
+// the launcher's stdio once the sandbox has ended: an answer the terminal
+// gave to something the command wrote, or anything typed for the command
+// and not read, is not left for the host's shell to run. A terminal whose
+// foreground job is not this process's is left alone (tcflush from the
+// background stops the process with SIGTTOU, and the input is that job's).
+func flushInput(files ...*os.File) {
+	seen := map[uint64]bool{}
+	for _, f := range files {
+		if f == nil || !isTerminal(f) {
+			continue
+		}
+		var st unix.Stat_t
+		fd := int(f.Fd())
+		if unix.Fstat(fd, &st) != nil || seen[st.Rdev] {
+			continue
+		}
+		seen[st.Rdev] = true
+		if pg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && pg != unix.Getpgrp() {
+			continue
+		}
+		_ = unix.IoctlSetInt(fd, unix.TCFLSH, unix.TCIFLUSH)
+	}
 }
 
 func isTerminal(f *os.File) bool {
@@ -986,6 +1071,7 @@ func (t *terminal) relay(wg *sync.WaitGroup) {
 	go func() {
 		defer wg.Done()
 		_, _ = io.Copy(t.out, t.master)
+		_ = t.out.Close()
 	}()
 }
 

@@ -20,12 +20,20 @@ import (
 //     for root and non-root callers. The kernel reserves the pids below 300
 //     for its own wrap-around, so a limit under 300 is refused (plan).
 //   - Older kernels have one pid_max for the whole machine; writing it
-//     would change the host, so it is never tried. A non-root caller gets
-//     RLIMIT_NPROC instead, set here, after the user namespace exists: the
-//     kernel counts it per user in each user namespace, so only the
-//     sandbox's processes count. A root caller is exempt from
+//     would change the host, so it is never tried. There, and where the
+//     sandbox's pid_max cannot be written (a read-only /proc/sys), the
+//     launcher makes a pids cgroup when it may (pidscg_linux.go).
+//   - Failing that, a non-root caller gets RLIMIT_NPROC, set here, after
+//     the user namespace exists. Since Linux 5.14 the kernel counts it per
+//     user in each user namespace (ucounts), so only the sandbox's
+//     processes count against the limit inside; but each level above is
+//     also checked against the limit its creator had, so the sandbox
+//     cannot exceed the caller's own RLIMIT_NPROC either, which counts
+//     every process of that user on the host. Before 5.14 the count was
+//     the host user's alone: a user with more processes than the limit
+//     outside could not fork inside at all. A root caller is exempt from
 //     RLIMIT_NPROC (the kernel never enforces it on host uid 0) and gets
-//     no limit, with a warning.
+//     no limit, with a warning that says what to change.
 
 // minPerNSPidMax is the first kernel with a per-namespace pid_max.
 var minPerNSPidMax = [2]int{6, 14}
@@ -55,27 +63,36 @@ func kernelRelease() string {
 
 // limitPids bounds the sandbox's tasks to limit (0: no bound). It runs in
 // init, in the sandbox's new PID and user namespaces, before the mounts
-// are built. It returns a warning when the bound is weaker than asked.
-func limitPids(limit int, hostRoot bool) (string, error) {
+// are built. With cgroup, the launcher has bounded the sandbox with a pids
+// cgroup already (see pidscg_linux.go): pid_max is still tried, and no
+// fallback is needed. noCgroup says why there is none, for the warning. It
+// returns a warning when the bound is weaker than asked.
+func limitPids(limit int, hostRoot, cgroup bool, noCgroup string) (string, error) {
 	if limit <= 0 {
 		return "", nil
 	}
 	rel := kernelRelease()
+	if noCgroup == "" {
+		noCgroup = "no pids cgroup was tried"
+	}
 	if kernelAtLeast(rel, minPerNSPidMax) {
 		err := setNSPidMax(limit + 1)
-		if err == nil {
+		if err == nil || cgroup {
 			return "", nil
 		}
 		if hostRoot {
-			return fmt.Sprintf("process limit not set: the sandbox's kernel.pid_max could not be written (%v); a fork bomb inside can exhaust the host's pids", err), nil
+			return fmt.Sprintf("no process limit: the sandbox's kernel.pid_max could not be written (%v); %s; RLIMIT_NPROC does not bind root: a fork bomb inside can exhaust the host's pids (see claude-sandbox doctor)", err, noCgroup), nil
 		}
 		if err := setNproc(limit); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("the sandbox's kernel.pid_max could not be written (%v); the process limit is RLIMIT_NPROC instead", err), nil
 	}
+	if cgroup {
+		return "", nil
+	}
 	if hostRoot {
-		return fmt.Sprintf("no process limit: kernel %s keeps one pid_max for the whole machine (per-namespace from 6.14) and RLIMIT_NPROC does not bind root; run as a non-root user, or in a cgroup with pids.max, to bound the sandbox", rel), nil
+		return fmt.Sprintf("no process limit: %s; RLIMIT_NPROC does not bind root: a fork bomb inside can exhaust the host's pids (see claude-sandbox doctor)", noCgroup), nil
 	}
 	return "", setNproc(limit)
 }

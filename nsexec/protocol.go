@@ -116,6 +116,12 @@ type startInit struct {
 	// WaitGo makes init wait for "go" before it starts the command (the
 	// egress jail is still being built).
 	WaitGo bool `json:"waitGo,omitempty"`
+	// PidsCgroup: the launcher bounds the sandbox with a pids cgroup
+	// (init is moved into it before the command starts), so init need
+	// not fall back when it cannot set pid_max; otherwise PidsNoCgroup
+	// says why there is none, for the warning.
+	PidsCgroup   bool   `json:"pidsCgroup,omitempty"`
+	PidsNoCgroup string `json:"pidsNoCgroup,omitempty"`
 }
 
 // startHolder is the holder's start: the jail's child driver (see

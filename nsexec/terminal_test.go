@@ -19,13 +19,19 @@ func TestNewTerminal(t *testing.T) {
 	}
 	defer ptmx.Close()
 	defer tty.Close()
+	ptmx2, tty2, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx2.Close()
+	defer tty2.Close()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
 	defer w.Close()
-	if newTerminal(r, w, w) != nil {
+	if newTerminal(r, w, w, false) != nil {
 		t.Error("no terminal among the fds, yet a pty")
 	}
 	for _, c := range []struct {
@@ -34,23 +40,28 @@ func TestNewTerminal(t *testing.T) {
 		fds           []int
 		input, opost  bool
 		outIsTerminal bool
+		interactive   bool // the terminal written to is the one read from
 	}{
-		{"all terminals", tty, tty, tty, []int{0, 1, 2}, true, true, true},
-		{"stdin a pipe, stdout the terminal", r, tty, w, []int{1}, false, false, true},
-		{"stdin a pipe, stderr the terminal", r, w, tty, []int{2}, false, false, true},
-		{"stderr redirected", tty, tty, w, []int{0, 1}, true, true, true},
-		{"only stdin a terminal", tty, w, w, []int{0}, true, true, true},
+		{"all terminals", tty, tty, tty, []int{0, 1, 2}, true, true, true, true},
+		{"stdin a pipe, stdout the terminal", r, tty, w, []int{1}, false, false, true, false},
+		{"stdin a pipe, stderr the terminal", r, w, tty, []int{2}, false, false, true, false},
+		{"stderr redirected", tty, tty, w, []int{0, 1}, true, true, true, true},
+		{"only stdin a terminal", tty, w, w, []int{0}, true, true, true, true},
+		{"stdout another terminal", tty2, tty, tty, []int{0, 1, 2}, true, true, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			term := newTerminal(c.in, c.out, c.err)
+			term := newTerminal(c.in, c.out, c.err, true)
 			if term == nil {
 				t.Fatal("no pty")
 			}
 			if !reflect.DeepEqual(term.fds, c.fds) || term.input != c.input {
 				t.Errorf("fds %v input %v, want %v %v", term.fds, term.input, c.fds, c.input)
 			}
-			if d, ok := term.out.(*dropOnError); !ok || d.w != tty {
+			if d, ok := term.out.w.(*dropOnError); !ok || d.w != tty {
 				t.Errorf("the pty's output does not go to the host terminal")
+			}
+			if term.out.f.interactive != c.interactive || term.out.f.clipboard != c.interactive {
+				t.Errorf("filter interactive %v clipboard %v, want %v", term.out.f.interactive, term.out.f.clipboard, c.interactive)
 			}
 			_, tio := term.state()
 			if tio == nil || (tio.Oflag&unix.OPOST != 0) != c.opost {

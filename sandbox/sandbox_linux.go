@@ -99,6 +99,12 @@ type Spec struct {
 	// returns once the copies are done.
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
+	// Clipboard lets the command write the host terminal's clipboard
+	// (OSC 52) when Stdin is that terminal and its output goes there too.
+	// Off (the default), those writes are dropped; when the terminal is
+	// only its output, nothing that makes the terminal answer or touches
+	// its clipboard reaches it either way (run's --osc52).
+	Clipboard bool
 
 	// OnEvent, when set, receives the sandbox's events in order, from one
 	// goroutine of its own: blocked flows as they happen, then the exit,
@@ -266,6 +272,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	nopts.Stdin, nopts.Stdout, nopts.Stderr = st.files[0], st.files[1], st.files[2]
+	nopts.Clipboard = spec.Clipboard
 	pr, err := nsexec.Start(ctx, p, nopts)
 	st.started()
 	if err != nil {

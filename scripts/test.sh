@@ -86,7 +86,7 @@ mkdir -m 0777 "$covdir/unit" "$covdir/run" && chmod 0777 "$covdir/unit" "$covdir
 ) || true
 rm -rf "$covdir"
 
-step "fuzz: packets from the sandbox into the relay (bounded)"
+step "fuzz: packets from the sandbox into the relay, its output into the host terminal (bounded)"
 # The seed corpora run with the tests above; this explores beyond them. A
 # crasher is written under the package's testdata/fuzz: commit it with the
 # fix. The budgets are counts, not durations (30-90 s and 5-15 s here):
@@ -96,6 +96,7 @@ step "fuzz: packets from the sandbox into the relay (bounded)"
 # failed a full run of this script once.
 go test -run '^$' -fuzz '^FuzzTUNInput$' -fuzztime 60000x ./userstack/
 go test -run '^$' -fuzz '^FuzzSinkRefuse$' -fuzztime 90000x ./jail/
+go test -run '^$' -fuzz '^FuzzTermFilter$' -fuzztime 200000x ./nsexec/
 
 step "benchmarks (figures only)"
 go test -run '^$' -bench 'BenchmarkLaunch$' -benchtime 200x -count 1 ./integration/

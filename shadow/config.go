@@ -67,6 +67,11 @@ type Config struct {
 	// to stderr or (DebugFile set) appended to DebugFile.
 	Debug     bool   `json:"debug,omitempty"`
 	DebugFile string `json:"debugFile,omitempty"`
+	// OSC52 is run's --osc52 allow: Claude Code may write the host
+	// terminal's clipboard when that terminal is its input. Off by
+	// default: a clipboard the sandbox filled is pasted into the host's
+	// shell by a user who thinks it holds what they copied.
+	OSC52 bool `json:"osc52,omitempty"`
 }
 
 // DefaultConfig is what an absent or empty file means.
@@ -211,6 +216,17 @@ var configKeys = []configKey{
 			c.PidsLimit = n
 		}
 		return nil
+	}},
+	{"osc52", func(c *Config, v configValue) error {
+		if err := v.need(); err != nil {
+			return err
+		}
+		switch v.s {
+		case "allow", "deny":
+			c.OSC52 = v.s == "allow"
+			return nil
+		}
+		return fmt.Errorf("%q: use allow or deny", v.s)
 	}},
 	{"debug", func(c *Config, v configValue) error { return setBool(&c.Debug, v) }},
 	{"debug-file", func(c *Config, v configValue) error {

@@ -36,6 +36,9 @@ func TestParseConfig(t *testing.T) {
 		{"pids-limit", "pids-limit = 1000\n", with(func(c *Config) { c.PidsLimit = 1000 }), ""},
 		{"pids-limit 0 is none", "pids-limit = 0\n", with(func(c *Config) { c.PidsLimit = -1 }), ""},
 		{"pids-limit too low", "pids-limit = 10\n", Config{}, "f:1: pids-limit: 10 is out of range"},
+		{"osc52 allow", "osc52 = allow\n", with(func(c *Config) { c.OSC52 = true }), ""},
+		{"osc52 deny", "osc52 = deny\n", def, ""},
+		{"osc52 other", "osc52 = yes\n", Config{}, "f:1: osc52: \"yes\": use allow or deny"},
 		{"unknown key", "alow-ip = 10.1.2.3\n", Config{}, "f:1: alow-ip: unknown key"},
 		{"bad switch", "\negress-jail = maybe\n", Config{}, `f:2: egress-jail: "maybe" is not a switch value`},
 		{"relative allow-write", "allow-write = tmp\n", Config{}, `f:1: allow-write: "tmp" is not an absolute path`},
@@ -186,6 +189,7 @@ func TestConfigKeysTable(t *testing.T) {
 		"home-entry":         "home-entry = .cache/foo session",
 		"gitlab-host":        "gitlab-host = gitlab.example.org",
 		"pids-limit":         "pids-limit = 1000",
+		"osc52":              "osc52 = allow",
 		"debug":              "debug",
 		"debug-file":         "debug-file = /var/log/cs.log",
 	}

@@ -62,6 +62,7 @@ func wallProbes() []Item {
 			}
 			return Blocked, fmt.Sprintf("process %d still runs after SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS, SIGSTKFLT, SIGUSR1 and SIGPIPE", target)
 		}},
+		{"P60", "signal a process outside the sandbox (init's threads, outside its Landlock domain)", signalScopeProbe},
 		{"P54", "leave a set-user-ID program owned by host root in the workspace", func(e *Env) (Status, string) {
 			return setIDProbe(e)
 		}},

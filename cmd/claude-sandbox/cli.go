@@ -33,6 +33,7 @@ type runArgs struct {
 	clearenv      bool          // --clearenv: no base environment
 	debug         bool          // --debug (or --debug-file)
 	debugFile     string        // --debug-file FILE
+	osc52         bool          // --osc52 allow
 }
 
 // baseEnv puts the base environment a command gets unless --clearenv was
@@ -235,6 +236,17 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, err
 			}
 			r.statusBlocked = true
+		case "--osc52":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			switch v {
+			case "allow", "deny":
+				r.osc52 = v == "allow"
+			default:
+				return nil, usagef("--osc52 takes allow or deny, not %q", v)
+			}
 		case "--udp-flows":
 			v, err := value()
 			if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/guard"
 	"github.com/claude-sandbox/claude-sandbox/internal/install"
+	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/shadow"
 )
 
@@ -103,6 +104,8 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 	if startFix == "" {
 		degradedChecks(stdout, check)
 	}
+	kind, fix := nsexec.PidsLimitKind()
+	check("process limit (--pids-limit) for this user: "+kind, fix)
 
 	// The installed layout: only where the shadow is (being) used.
 	fmt.Fprintln(stdout, "The shadow (claude run inside the sandbox; sudo claude-sandbox install sets it up):")

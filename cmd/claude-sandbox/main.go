@@ -148,7 +148,7 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 	} else if r.opts.Chdir == "" && verb == "run" {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: the current directory cannot be found (%v): starting in /\n", err)
 	}
-	x := runExtras{logBlocked: r.logBlocked, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile}
+	x := runExtras{logBlocked: r.logBlocked, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
 	if r.statusFD >= 0 {
 		f, err := openStatusFD(r.statusFD)
 		if err != nil {
@@ -169,6 +169,7 @@ type runExtras struct {
 	udpIdle       time.Duration // --udp-idle-timeout; 0: the jail's default
 	debug         bool          // --debug, or the shadow's debug key
 	debugFile     string        // --debug-file; "": stderr
+	osc52         bool          // --osc52 allow, or the shadow's osc52 key
 }
 
 // launch builds the plan from opts (with the egress jail's setup when the
@@ -251,7 +252,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 		return 0
 	}
-	nopts := nsexec.Options{Early: early}
+	nopts := nsexec.Options{Early: early, Clipboard: x.osc52}
 	rt := detectRuntime(realSys)
 	// Each degraded mode's warning names its remedy for this runtime.
 	nopts.Warn = func(w string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", w+warningHint(w, rt)) }

@@ -85,6 +85,11 @@ from here when set (--setenv, --keep-env override)`},
 	{name: "--chdir", args: []string{"DIR"}, section: secEnv, help: `start in DIR (default: the current directory; when
 it is not visible inside, / with a warning)`},
 	{name: "--hostname", args: []string{"NAME"}, section: secEnv, help: "hostname inside (the host's is never changed)"},
+	{name: "--osc52", args: []string{"MODE"}, values: []string{"deny", "allow"}, section: secEnv,
+		short: "whether the command may write the terminal's clipboard (deny)", help: `whether the command may write the host terminal's
+clipboard (OSC 52) when that terminal is its input:
+deny (default) or allow. Never when the terminal is
+only its output; clipboard reads never pass`},
 	{name: "--pids-limit", args: []string{"N"}, section: secEnv, help: `at most N processes and threads alive at once inside,
 nested sandboxes included (default 4096; 300 to
 4194303; 0 for no limit, with a warning)`},

@@ -98,13 +98,13 @@ func shadowMain(args []string, dryRun bool, stdout, stderr io.Writer) int {
 	// What stayed outside, as salted digests, for verify's P12.
 	l.Options.SetEnv = append(l.Options.SetEnv, [2]string{shadow.ScrubbedEnv, shadow.Scrubbed(in.Environ, nil)})
 	if dryRun {
-		return launch("claude", l.Options, runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile}, dryRun, stdout, stderr)
+		return launch("claude", l.Options, runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile, osc52: cfg.OSC52}, dryRun, stdout, stderr)
 	}
 	// The watched files are the session's to change: read beneath their
 	// tree, bounded (internal/beneath).
 	host := watchHost(in.Home, l.Workspace)
 	before := shadow.Take(l.Watch, host)
-	code := launch("claude", l.Options, runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile}, dryRun, stdout, stderr)
+	code := launch("claude", l.Options, runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile, osc52: cfg.OSC52}, dryRun, stdout, stderr)
 	reportChanges(in.Home, shadow.Changes(before, shadow.Take(l.Watch, host)), stderr)
 	return code
 }

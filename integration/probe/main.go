@@ -48,6 +48,44 @@ func result(err error) string {
 
 func run(cmd string, args []string) error {
 	switch cmd {
+	case "abstract-listen":
+		// Listen on the abstract name args[0], say so, accept forever.
+		l, err := net.Listen("unix", "@"+args[0])
+		if err != nil {
+			return err
+		}
+		fmt.Println("listening")
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return err
+			}
+			c.Close()
+		}
+	case "abstract-connect":
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Connect(fd, &unix.SockaddrUnix{Name: "@" + args[0]})
+	case "signal-cmdline":
+		// Wait for a process whose command line is args[0] (its words
+		// joined by spaces), then send it SIGTERM.
+		for {
+			ents, _ := os.ReadDir("/proc")
+			for _, e := range ents {
+				pid, err := strconv.Atoi(e.Name())
+				if err != nil || pid == os.Getpid() {
+					continue
+				}
+				b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+				if strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " ")) == args[0] {
+					return unix.Kill(pid, unix.SIGTERM)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	case "tiocsti", "tiocsti-high":
 		// Push one byte into the input queue of the terminal on fd 0.
 		req := uint64(unix.TIOCSTI)
