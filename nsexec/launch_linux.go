@@ -108,6 +108,7 @@ type launch struct {
 	term                  *terminal
 	cg                    *pidsCgroup // the process limit, where pid_max cannot be set
 	null                  *os.File    // the stages' stdio in place of a host terminal
+	flush                 []*os.File  // the host terminals among stdio, duplicated: their input is discarded at the end
 	attached              bool
 	fds                   map[byte][]*os.File // received, not yet claimed
 
@@ -147,7 +148,7 @@ func (l *launch) receive(tag byte) (*os.File, error) {
 }
 
 func (l *launch) closeAll() {
-	for _, f := range []*os.File{l.initParent, l.initChild, l.fdParent, l.fdChild, l.holderParent, l.null} {
+	for _, f := range append([]*os.File{l.initParent, l.initChild, l.fdParent, l.fdChild, l.holderParent, l.null}, l.flush...) {
 		if f != nil {
 			f.Close()
 		}
@@ -218,6 +219,12 @@ func initCloneFlags(p *plan.Plan) uintptr {
 func (l *launch) terminalSetup() error {
 	if l.o.TTY == TTYAuto {
 		l.term = newTerminal(l.o.Stdin, l.o.Stdout, l.o.Stderr, l.o.Clipboard)
+	}
+	// Kept by descriptors of our own: an embedder may close its stdio
+	// files once the sandbox has started (package sandbox does), and a
+	// number reused meanwhile must not be flushed.
+	if l.flush == nil {
+		l.flush = dupTerminals(l.o.Stdin, l.o.Stdout, l.o.Stderr)
 	}
 	if l.term != nil {
 		// The stages never hold the host terminal: where the command
@@ -763,7 +770,7 @@ func (l *launch) supervise(sigs chan os.Signal) (int, error) {
 	if l.term != nil {
 		l.term.restore()
 	}
-	flushInput(l.o.Stdin, l.o.Stdout, l.o.Stderr)
+	flushInput(l.flush...)
 	mu.Lock()
 	defer mu.Unlock()
 	if stackErr != nil {
@@ -996,6 +1003,29 @@ func flushInput(files ...*os.File) {
 		}
 		_ = unix.IoctlSetInt(fd, unix.TCFLSH, unix.TCIFLUSH)
 	}
+}
+
+// dupTerminals returns a close-on-exec duplicate of each terminal among
+// files, one per terminal device.
+func dupTerminals(files ...*os.File) []*os.File {
+	var out []*os.File
+	seen := map[uint64]bool{}
+	for _, f := range files {
+		if f == nil || !isTerminal(f) {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) != nil || seen[st.Rdev] {
+			continue
+		}
+		seen[st.Rdev] = true
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			continue
+		}
+		out = append(out, os.NewFile(uintptr(fd), f.Name()))
+	}
+	return out
 }
 
 func isTerminal(f *os.File) bool {
