@@ -26,3 +26,29 @@ func TestKernelCovers(t *testing.T) {
 		}
 	}
 }
+
+func TestPrivate(t *testing.T) {
+	const dir, reg = 0o040000, 0o100000
+	root := []uint32{0}
+	cases := []struct {
+		name           string
+		mode, uid, gid uint32
+		want           bool
+	}{
+		{"root-only file", reg | 0o600, 0, 0, true},
+		{"group-root file", reg | 0o640, 5, 0, true},
+		{"world-readable file", reg | 0o644, 0, 0, false},
+		{"another user's private file", reg | 0o600, 1000, 1000, false},
+		{"another user's group-root file, group unreadable", reg | 0o604, 1000, 0, false},
+		{"root dir others may enter but not list", dir | 0o711, 0, 0, true},
+		{"root dir others may list but not enter", dir | 0o744, 0, 0, true},
+		{"root dir open to all", dir | 0o755, 0, 0, false},
+		{"root dir closed to root too", dir | 0o000, 0, 0, false},
+		{"write-only for others does not matter", reg | 0o602, 0, 0, true},
+	}
+	for _, c := range cases {
+		if got := Private(c.mode, c.uid, c.gid, 0, root); got != c.want {
+			t.Errorf("%s (%o %d:%d): %v, want %v", c.name, c.mode, c.uid, c.gid, got, c.want)
+		}
+	}
+}

@@ -66,7 +66,11 @@ func Setup(ops []Op) (warnings []string, err error) {
 	if b.old, err = unix.Open(oldRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 		return nil, &Error{Op: "open host root", Dst: oldRoot, Err: err}
 	}
-	for _, op := range ops {
+	b.walkLeft = PrivateWalkBudget
+	for i, op := range ops {
+		if op.Kind == HidePrivate {
+			b.keep = laterDsts(ops[i+1:])
+		}
 		if err := b.apply(op); err != nil {
 			return b.warnings, err
 		}
@@ -75,6 +79,22 @@ func Setup(ops []Op) (warnings []string, err error) {
 		return b.warnings, err
 	}
 	return b.warnings, nil
+}
+
+// laterDsts are the destinations a HidePrivate walk keeps reachable: those
+// of the operations after it that need a mount point (a mask, a socket
+// mask or a read-only cover finds nothing to do under a masked directory,
+// which is as good).
+func laterDsts(ops []Op) map[string]bool {
+	m := map[string]bool{}
+	for _, op := range ops {
+		switch op.Kind {
+		case Mask, MaskSocket, ReadOnly, HidePrivate:
+		default:
+			m[op.Dst] = true
+		}
+	}
+	return m
 }
 
 // enterStaging mounts a scratch tmpfs and pivots into it, leaving the host
@@ -119,6 +139,12 @@ type builder struct {
 	files    int    // generated files written so far
 	overlays int    // overlay layers made so far
 	devDst   string // the private /dev's path (read-only once made)
+	// For HidePrivate: the destinations of the operations after it, the
+	// budget its walks have left, and the sandbox's identity.
+	keep     map[string]bool
+	walkLeft int
+	me       uint32
+	groups   []uint32
 }
 
 func (b *builder) close() {
@@ -158,6 +184,8 @@ func (b *builder) apply(op Op) error {
 		return b.overlay(op)
 	case Symlink, MaskSocket:
 		return b.applyMore(op)
+	case HidePrivate:
+		return b.hidePrivate(op.Dst)
 	}
 	return &Error{Op: "setup", Err: fmt.Errorf("unknown operation %q", op.Kind)}
 }

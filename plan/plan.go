@@ -74,8 +74,8 @@ type Plan struct {
 	// Mounts is the filesystem view, applied in order.
 	Mounts []mounts.Op `json:"mounts"`
 	// HostRoot marks a plan for a caller that is root on the host (uid 0
-	// mapped to the host's uid 0): Mounts then ends with
-	// mounts.KernelCovers, and the engine refuses new cgroup namespaces
+	// mapped to the host's uid 0): Mounts then hides the host's private
+	// files (mounts.HidePrivate) and ends with mounts.KernelCovers, and the engine refuses new cgroup namespaces
 	// inside. The engine refuses to run a plan without it for such a
 	// caller.
 	HostRoot bool `json:"hostRoot,omitempty"`
@@ -299,6 +299,15 @@ func Build(opts Options) (*Plan, error) {
 		h = OSHost{}
 	}
 	p.Mounts = append(p.Mounts, runCover(h)...)
+	if opts.HostRoot {
+		// A rule, not a list: root inside reads every root-owned file as
+		// its owner, so what the host's other users cannot read is hidden
+		// (mounts.HidePrivate), before the caller's own operations so
+		// that what is bound on purpose is seen.
+		for _, t := range mounts.PrivateTrees {
+			p.Mounts = append(p.Mounts, mounts.Op{Kind: mounts.HidePrivate, Dst: t})
+		}
+	}
 	user, err := checkOps(opts.Ops, stat, devDir)
 	if err != nil {
 		return nil, err

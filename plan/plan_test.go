@@ -60,11 +60,11 @@ func TestBuild(t *testing.T) {
 			want: &Plan{Argv: []string{"id"}, Env: []string{}, Dir: "/", Net: NetNone, Hostname: "box", Mounts: base()},
 		},
 		{
-			name: "host root gets the kernel covers last, after the late ops",
+			name: "host root gets the private-file walks before its own ops and the kernel covers last, after the late ops",
 			opts: Options{Command: []string{"true"}, Home: "/home/u", Bare: true, HostRoot: true, PidsLimit: 500,
 				Late: []mounts.Op{{Kind: mounts.File, Dst: "/etc/resolv.conf", Data: "x"}}},
 			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{}, HostRoot: true, PidsLimit: 500,
-				Mounts: append(append(base()[:3], mounts.Op{Kind: mounts.File, Dst: "/etc/resolv.conf", Data: "x"}), mounts.KernelCovers()...)},
+				Mounts: append(append(append(base()[:3], hidePrivate()...), mounts.Op{Kind: mounts.File, Dst: "/etc/resolv.conf", Data: "x"}), mounts.KernelCovers()...)},
 		},
 		{
 			name: "no process limit",
@@ -298,4 +298,12 @@ func TestPlanJSONExactBytes(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("plain plan JSON:\n got %s\nwant %s", b, want)
 	}
+}
+
+func hidePrivate() []mounts.Op {
+	var ops []mounts.Op
+	for _, t := range []string{"/etc", "/root", "/var", "/srv", "/opt", "/home", "/boot", "/usr/local/etc", "/mnt", "/media"} {
+		ops = append(ops, mounts.Op{Kind: mounts.HidePrivate, Dst: t})
+	}
+	return ops
 }

@@ -295,3 +295,28 @@ func TestMapForeignPath(t *testing.T) {
 		t.Errorf("a filesystem the host does not mount: %q", got)
 	}
 }
+
+// A root caller's private-file walks (HidePrivate over /var, /srv) hide
+// only what they find private: a socket below them still gets its mask.
+// Fails without the HidePrivate exception in showsAt (the walks counted
+// as covers, and /srv/s.sock and /var/lib/x/z.sock stayed reachable).
+func TestSocketsHiddenUnderPrivateWalks(t *testing.T) {
+	h := fakeHost{tree: map[string]string{
+		"/var": "d", "/var/lib": "d", "/var/lib/x": "d", "/var/lib/x/z.sock": "s", "/srv": "d", "/srv/s.sock": "s",
+	}, listed: []string{"/var/lib/x/z.sock", "/srv/s.sock"}}
+	p, err := Build(Options{Command: []string{"true"}, Bare: true, Stat: h.Lstat, Host: h, HostRoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, op := range p.Mounts {
+		if op.Kind == mounts.MaskSocket {
+			got[op.Dst] = true
+		}
+	}
+	for _, want := range []string{"/var/lib/x/z.sock", "/srv/s.sock"} {
+		if !got[want] {
+			t.Errorf("no socket mask for %s under a private-file walk: %v", want, p.Mounts)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
+)
+
+// Issue 28: a root caller sees no more than the host's other users. Host
+// files only root may read, in each walked tree (a WireGuard config, a
+// Kerberos keytab, a NetworkManager connection in a root-only directory,
+// one under /opt and one under /srv), are planted in a copy of /etc and in
+// tmpfs mounts over /opt and /srv, all in a private mount namespace (the
+// machine is not touched). Inside root's `run` and root's shadow session
+// none is readable; world-readable files beside them and the workspace
+// (a root-only file in it included: bound on purpose) read as before.
+// The same holds for uid 65534 by the host's own permissions. Seen failing
+// as root (every SECRET- printed) before the private-file walk.
+func TestRootCallerHostPrivateFiles(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	secrets := []string{"/etc/wireguard/wg0.conf", "/etc/krb5.keytab", "/etc/NetworkManager/system-connections/x.nmconnection",
+		"/etc/NetworkManager/system-connections", "/opt/vendor/license.key", "/srv/app/db.key"}
+	public := []string{"/etc/wireguard/README", "/opt/vendor/README", "/srv/app/README"}
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			home := testutil.MkdirFor(t, uid)
+			ws := filepath.Join(home, "project")
+			must(t, os.MkdirAll(ws, 0o755))
+			must(t, os.WriteFile(filepath.Join(ws, "mine.txt"), []byte("WORKSPACE-OK\n"), 0o600))
+			must(t, os.Chown(ws, uid, uid))
+			must(t, os.Chown(filepath.Join(ws, "mine.txt"), uid, uid))
+			script := "for f in " + strings.Join(append(append([]string{}, secrets...), public...), " ") + " " + ws + "/mine.txt; do " +
+				`if [ -d "$f" ]; then ls -A "$f" 2>/dev/null | sed "s|^|$f: |"; else cat "$f" 2>/dev/null; fi; done; exit 0`
+			prelude, claude := shadowHost(t, "egress-jail = 0\n", "#!/bin/sh\n"+script+"\n")
+			etc := filepath.Join(filepath.Dir(filepath.Dir(claude)), "etc")
+			plant := func(p, data string, mode os.FileMode) {
+				must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+				must(t, os.WriteFile(p, []byte(data), mode))
+				must(t, os.Chmod(p, mode))
+			}
+			plant(etc+"/wireguard/wg0.conf", "SECRET-wg PrivateKey=x\n", 0o600)
+			plant(etc+"/wireguard/README", "PUBLIC-wg\n", 0o644)
+			plant(etc+"/krb5.keytab", "SECRET-keytab\n", 0o600)
+			plant(etc+"/NetworkManager/system-connections/x.nmconnection", "SECRET-psk\n", 0o600)
+			must(t, os.Chmod(etc+"/NetworkManager/system-connections", 0o700))
+			// /opt and /srv: tmpfs mounts of the private namespace.
+			prelude += " && mount -t tmpfs -o mode=0755 none /opt && mount -t tmpfs -o mode=0755 none /srv" +
+				" && mkdir -p /opt/vendor /srv/app && echo SECRET-opt > /opt/vendor/license.key && chmod 600 /opt/vendor/license.key" +
+				" && echo PUBLIC-opt > /opt/vendor/README && echo SECRET-srv > /srv/app/db.key && chmod 640 /srv/app/db.key" +
+				" && echo PUBLIC-srv > /srv/app/README"
+			env := []string{"HOME=" + home, "USER=tester", "PATH=/usr/bin:/bin", "TERM=dumb"}
+			check := func(what, out string) {
+				t.Helper()
+				if strings.Contains(out, "SECRET-") || strings.Contains(out, "x.nmconnection") {
+					t.Errorf("uid %d, %s: a host file only root may read was read inside:\n%s", uid, what, out)
+				}
+				for _, w := range []string{"PUBLIC-wg", "PUBLIC-opt", "PUBLIC-srv", "WORKSPACE-OK"} {
+					if !strings.Contains(out, w) {
+						t.Errorf("uid %d, %s: %s not read inside (world-readable, or the workspace):\n%s", uid, what, w, out)
+					}
+				}
+			}
+			// run, the workspace bound on purpose.
+			inner := fmt.Sprintf("%s && cd %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s run --net=none --bind %s %s -- /bin/sh -c '%s'",
+				prelude, ws, uid, uid, strings.Join(env, " "), bin, ws, ws, script)
+			r := testutil.Run(t, shellInPrivateMountNS(inner))
+			if r.Code != 0 {
+				t.Fatalf("run: %v", r)
+			}
+			check("run", r.Stdout)
+			// The shadow session.
+			r = runShadow(t, uid, home, ws, prelude, claude, env, "-p", "hi")
+			if r.Code != 0 {
+				t.Fatalf("shadow: %v", r)
+			}
+			check("shadow", r.Stdout)
+		})
+	}
+}
