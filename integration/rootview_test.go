@@ -83,3 +83,25 @@ func TestRootCallerHostPrivateFiles(t *testing.T) {
 		})
 	}
 }
+
+// Issue 28: the kernel's shared state. The page-frame files (physical
+// layout, other tenants' memory), slab, zone and fragmentation state and
+// the kernel's address maps read empty or not at all inside, as root and
+// as uid 65534; for a root caller also the world-readable counters and
+// maps that the covers hide (interrupts, zones, iomem, symbols). Seen
+// failing as root (kpageflags, slabinfo, pagetypeinfo, vmallocinfo and
+// the rest read) before the covers named them.
+func TestKernelStateFilesHidden(t *testing.T) {
+	users(t, func(t *testing.T, s *sandbox) {
+		files := []string{"/proc/kpageflags", "/proc/kpagecount", "/proc/kpagecgroup", "/proc/slabinfo", "/proc/pagetypeinfo",
+			"/proc/vmallocinfo", "/sys/kernel/mm/page_idle/bitmap"}
+		if s.uid == 0 {
+			files = append(files, "/proc/zoneinfo", "/proc/buddyinfo", "/proc/interrupts", "/proc/softirqs", "/proc/iomem",
+				"/proc/ioports", "/proc/kallsyms", "/sys/kernel/vmcoreinfo")
+		}
+		script := "for f in " + strings.Join(files, " ") + `; do n=$(head -c 64 "$f" 2>/dev/null | wc -c); [ "$n" -gt 0 ] && echo "READ $f"; done; exit 0`
+		if out := s.sh(script); strings.Contains(out, "READ") {
+			t.Errorf("uid %d: kernel state read inside:\n%s", s.uid, out)
+		}
+	})
+}

@@ -9,6 +9,10 @@ func TestKernelCovers(t *testing.T) {
 		"/proc/latency_stats": Mask, "/proc/acpi": Mask, "/proc/scsi": Mask,
 		"/sys/firmware": Mask, "/sys/devices/virtual/powercap": Mask,
 		"/sys/kernel/debug": Mask, "/sys/kernel/tracing": Mask, "/sys/fs/pstore": Mask,
+		"/proc/kpageflags": Mask, "/proc/kpagecount": Mask, "/proc/kpagecgroup": Mask, "/sys/kernel/mm/page_idle": Mask,
+		"/proc/slabinfo": Mask, "/proc/pagetypeinfo": Mask, "/proc/zoneinfo": Mask, "/proc/buddyinfo": Mask,
+		"/proc/vmallocinfo": Mask, "/proc/iomem": Mask, "/proc/kallsyms": Mask, "/proc/interrupts": Mask,
+		"/sys/dev/block": Mask, "/sys/fs/selinux": Mask, "/sys/kernel/security": Mask,
 	}
 	got := map[string]Kind{}
 	for _, op := range KernelCovers() {
