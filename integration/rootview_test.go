@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -104,4 +106,129 @@ func TestKernelStateFilesHidden(t *testing.T) {
 			t.Errorf("uid %d: kernel state read inside:\n%s", s.uid, out)
 		}
 	})
+}
+
+// Issue 28: the host's cgroup tree is not seen. At the launcher's own
+// cgroup (on this machine the root of the hierarchy, where a cgroup
+// namespace shows everything), no directory of the host's /sys/fs/cgroup
+// (the host's services, other containers) exists inside. Where the host
+// has a cgroup2 hierarchy, the launcher is also put in a child cgroup of
+// the test's with a sibling beside it: inside, /sys/fs/cgroup is a fresh
+// cgroup2 mount of the sandbox's own namespace (cgroup.type present, the
+// sibling absent), read-only. Seen failing (the host's cgroup directories
+// listed inside) before the cgroup op.
+func TestCgroupTreeHidden(t *testing.T) {
+	var hostDirs []string
+	tops, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, e := range tops {
+		if !e.IsDir() {
+			continue
+		}
+		p := "/sys/fs/cgroup/" + e.Name()
+		hostDirs = append(hostDirs, p)
+		subs, _ := os.ReadDir(p)
+		for _, s := range subs {
+			if s.IsDir() {
+				hostDirs = append(hostDirs, p+"/"+s.Name())
+			}
+		}
+	}
+	if len(hostDirs) == 0 {
+		t.Fatal("the host's /sys/fs/cgroup has no directory to look for")
+	}
+	v2 := cgroup2Mount(t)
+	users(t, func(t *testing.T, s *sandbox) {
+		script := "for d in " + strings.Join(hostDirs, " ") + `; do [ -e "$d" ] && echo "SEEN $d"; done; touch /sys/fs/cgroup/x 2>/dev/null && echo WRITABLE; exit 0`
+		if out := s.sh(script); strings.Contains(out, "SEEN") || strings.Contains(out, "WRITABLE") {
+			t.Errorf("uid %d: the host's cgroup tree inside:\n%s", s.uid, out)
+		}
+		if v2 == "" {
+			return
+		}
+		base := filepath.Join(v2, fmt.Sprintf("claude-sandbox-test-%d-%d", os.Getpid(), s.uid))
+		child, sibling := base+"/child", base+"/sibling-secret"
+		must(t, os.MkdirAll(child, 0o755))
+		must(t, os.MkdirAll(sibling, 0o755))
+		defer func() { _ = os.Remove(child); _ = os.Remove(sibling); _ = os.Remove(base) }()
+		inner := fmt.Sprintf(`echo $$ > %s/cgroup.procs && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s run --net=none -- /bin/sh -c '%s'`,
+			child, s.uid, s.uid, strings.Join(s.env(), " "), s.bin,
+			`[ -e /sys/fs/cgroup/cgroup.type ] && echo FRESH; ls -R /sys/fs/cgroup | grep -c sibling-secret; touch /sys/fs/cgroup/cgroup.procs 2>/dev/null && echo WRITABLE; exit 0`)
+		cmd := exec.Command("sh", "-c", inner)
+		cmd.Dir = "/"
+		r := testutil.Run(t, cmd)
+		if r.Code != 0 {
+			t.Fatalf("run in a child cgroup: %v", r)
+		}
+		if !strings.Contains(r.Stdout, "FRESH") || !strings.Contains(r.Stdout, "\n0\n") || strings.Contains(r.Stdout, "WRITABLE") {
+			t.Errorf("uid %d: in a child cgroup, want a fresh read-only cgroup2 mount without the sibling, got:\n%s", s.uid, r.Stdout)
+		}
+	})
+}
+
+// cgroup2Mount returns where the host mounts its cgroup2 hierarchy ("" if
+// nowhere).
+func cgroup2Mount(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if ok && strings.HasPrefix(post, "cgroup2 ") {
+			if f := strings.Fields(pre); len(f) > 4 {
+				return f[4]
+			}
+		}
+	}
+	return ""
+}
+
+// Issue 28: every writable tmpfs has a size. With --tmpfs-size 8M,
+// writing 32 MiB to /tmp, /dev/shm and the home fails with "No space left
+// on device" after 8 MiB each, and while the sandbox holds the files the
+// host's Shmem has grown by no more than the three limits (plus a margin
+// for the rest of the machine). Seen failing (32 MiB written to each, the
+// host's Shmem up by about 96 MiB) before the sizes.
+func TestTmpfsSizeLimit(t *testing.T) {
+	users(t, func(t *testing.T, s *sandbox) {
+		script := `for d in /tmp /dev/shm "$HOME"; do dd if=/dev/zero of="$d/fill" bs=1M count=32 2>&1 | grep -o "No space left on device" | head -1; done; echo FILLED; read x`
+		cmd := s.cmd("--tmpfs-size", "8M", "--", "/bin/sh", "-c", script)
+		stdin, err := cmd.StdinPipe()
+		must(t, err)
+		stdout, err := cmd.StdoutPipe()
+		must(t, err)
+		before := hostShmem(t)
+		must(t, cmd.Start())
+		defer func() { _ = stdin.Close(); _ = cmd.Wait() }()
+		var lines []string
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "FILLED" {
+				break
+			}
+			lines = append(lines, sc.Text())
+		}
+		grown := hostShmem(t) - before
+		if len(lines) != 3 {
+			t.Errorf("uid %d: want ENOSPC from each of /tmp, /dev/shm and the home, got %q", s.uid, lines)
+		}
+		if grown > 3*8<<20+16<<20 {
+			t.Errorf("uid %d: the host's Shmem grew by %d MiB for three 8 MiB tmpfs", s.uid, grown>>20)
+		}
+	})
+}
+
+// hostShmem is the host's shared memory (tmpfs pages) in bytes.
+func hostShmem(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	must(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Shmem:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return kb << 10
+		}
+	}
+	t.Fatal("no Shmem line in /proc/meminfo")
+	return 0
 }

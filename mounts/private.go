@@ -7,8 +7,9 @@ package mounts
 // uid 0 inside reads every root-owned file as its owner.
 //
 // The rule is applied when the sandbox is built, by a walk of the view as
-// it then is (so a tmpfs placed earlier, over the home say, is not
-// walked): a private directory is masked whole and not entered, a private
+// it then is; what another operation of the plan places (a tmpfs over the
+// home, a bind made on purpose) is the sandbox's own and is neither walked
+// nor masked. A private directory is masked whole and not entered, a private
 // file gets /dev/null. A directory that leads to a later operation's
 // destination (a workspace bound on purpose below a private directory) is
 // entered instead of masked, so the bind still has its mount point; its

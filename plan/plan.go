@@ -82,6 +82,9 @@ type Plan struct {
 	// PidsLimit bounds the number of tasks alive at once in the sandbox
 	// and every namespace nested in it; 0 means no bound.
 	PidsLimit int `json:"pidsLimit"`
+	// TmpfsSize is the size limit, in bytes, of each writable tmpfs the
+	// sandbox gets (the Size of every Tmpfs, Dev and Overlay op).
+	TmpfsSize int64 `json:"tmpfsSize,omitempty"`
 }
 
 // planJSON puts the command, environment and working directory first, as
@@ -197,6 +200,10 @@ type Options struct {
 	// PidsLimit bounds the tasks in the sandbox: 0 means DefaultPidsLimit,
 	// a negative value no bound.
 	PidsLimit int
+	// TmpfsSize is the size limit in bytes of each writable tmpfs (/tmp,
+	// the home, /dev/shm, /run, the caller's --tmpfs, each overlay's
+	// layer): 0 means DefaultTmpfsSize for the plan.
+	TmpfsSize int64
 	// Stat looks at host paths; nil means os.Stat.
 	Stat func(string) (fs.FileInfo, error)
 	// DevDir checks that a directory --dev-bind source (one below /dev,
@@ -285,7 +292,8 @@ func Build(opts Options) (*Plan, error) {
 		p.Dir = "/"
 	}
 
-	p.Mounts = []mounts.Op{{Kind: mounts.RootRO, Dst: "/"}, {Kind: mounts.Dev, Dst: "/dev"}, {Kind: mounts.Proc, Dst: "/proc"}}
+	p.Mounts = []mounts.Op{{Kind: mounts.RootRO, Dst: "/"}, {Kind: mounts.Dev, Dst: "/dev"}, {Kind: mounts.Proc, Dst: "/proc"},
+		{Kind: mounts.Cgroup, Dst: "/sys/fs/cgroup"}}
 	if !opts.Bare {
 		p.Mounts = append(p.Mounts, mounts.Op{Kind: mounts.Tmpfs, Dst: "/tmp", Mode: 0o1777})
 		if h, err := mounts.CleanAbs(opts.Home); err == nil && h != "/" && !mounts.Within(h, "/tmp") {
@@ -333,6 +341,9 @@ func Build(opts Options) (*Plan, error) {
 	}
 	hide, warnings, err := hideSockets(p.Mounts, h, opts.AllowSockets)
 	if err != nil {
+		return nil, err
+	}
+	if err := sizeTmpfs(p, opts.TmpfsSize); err != nil {
 		return nil, err
 	}
 	if w := emptyCwd(p); w != "" {

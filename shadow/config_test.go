@@ -35,6 +35,7 @@ func TestParseConfig(t *testing.T) {
 		{"gitlab-host", "gitlab-host = gitlab.example.org\n", with(func(c *Config) { c.GitLabHost = "gitlab.example.org" }), ""},
 		{"pids-limit", "pids-limit = 1000\n", with(func(c *Config) { c.PidsLimit = 1000 }), ""},
 		{"pids-limit 0 is none", "pids-limit = 0\n", with(func(c *Config) { c.PidsLimit = -1 }), ""},
+		{"tmpfs-size", "tmpfs-size = 256M\n", with(func(c *Config) { c.TmpfsSize = 256 << 20 }), ""},
 		{"pids-limit too low", "pids-limit = 10\n", Config{}, "f:1: pids-limit: 10 is out of range"},
 		{"unknown key", "alow-ip = 10.1.2.3\n", Config{}, "f:1: alow-ip: unknown key"},
 		{"bad switch", "\negress-jail = maybe\n", Config{}, `f:2: egress-jail: "maybe" is not a switch value`},
@@ -184,6 +185,7 @@ func TestConfigKeysTable(t *testing.T) {
 		"pass-env":           "pass-env = FOO",
 		"gitlab-host":        "gitlab-host = gitlab.example.org",
 		"pids-limit":         "pids-limit = 1000",
+		"tmpfs-size":         "tmpfs-size = 512M",
 		"debug":              "debug",
 		"debug-file":         "debug-file = /var/log/cs.log",
 	}

@@ -401,6 +401,7 @@ func Build(in Inputs) (*Launch, error) {
 		Stat:         in.Stat,
 		// The process limit: the configured one, else plan's default.
 		PidsLimit: cfg.PidsLimit,
+		TmpfsSize: cfg.TmpfsSize,
 	}
 	if !cfg.EgressJail {
 		l.Options.Allow, l.Options.HostPorts, l.Options.Publish = nil, nil, nil
