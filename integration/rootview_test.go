@@ -28,7 +28,7 @@ func TestRootCallerHostPrivateFiles(t *testing.T) {
 	bin := testutil.Build(t, "./cmd/claude-sandbox")
 	secrets := []string{"/etc/wireguard/wg0.conf", "/etc/krb5.keytab", "/etc/NetworkManager/system-connections/x.nmconnection",
 		"/etc/NetworkManager/system-connections", "/opt/vendor/license.key", "/srv/app/db.key"}
-	public := []string{"/etc/wireguard/README", "/opt/vendor/README", "/srv/app/README"}
+	public := []string{"/etc/wireguard/README", "/etc/NetworkManager/README", "/opt/vendor/README", "/srv/app/README"}
 	for _, uid := range []int{0, testutil.Nobody} {
 		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
 			home := testutil.MkdirFor(t, uid)
@@ -48,6 +48,7 @@ func TestRootCallerHostPrivateFiles(t *testing.T) {
 			}
 			plant(etc+"/wireguard/wg0.conf", "SECRET-wg PrivateKey=x\n", 0o600)
 			plant(etc+"/wireguard/README", "PUBLIC-wg\n", 0o644)
+			plant(etc+"/NetworkManager/README", "PUBLIC-nm\n", 0o644)
 			plant(etc+"/krb5.keytab", "SECRET-keytab\n", 0o600)
 			plant(etc+"/NetworkManager/system-connections/x.nmconnection", "SECRET-psk\n", 0o600)
 			must(t, os.Chmod(etc+"/NetworkManager/system-connections", 0o700))
@@ -57,12 +58,14 @@ func TestRootCallerHostPrivateFiles(t *testing.T) {
 				" && echo PUBLIC-opt > /opt/vendor/README && echo SECRET-srv > /srv/app/db.key && chmod 640 /srv/app/db.key" +
 				" && echo PUBLIC-srv > /srv/app/README"
 			env := []string{"HOME=" + home, "USER=tester", "PATH=/usr/bin:/bin", "TERM=dumb"}
-			check := func(what, out string) {
+			// The shadow masks /etc/wireguard whole (shadow.hostSecrets),
+			// so its README is looked for in run only.
+			check := func(what, out string, want ...string) {
 				t.Helper()
 				if strings.Contains(out, "SECRET-") || strings.Contains(out, "x.nmconnection") {
 					t.Errorf("uid %d, %s: a host file only root may read was read inside:\n%s", uid, what, out)
 				}
-				for _, w := range []string{"PUBLIC-wg", "PUBLIC-opt", "PUBLIC-srv", "WORKSPACE-OK"} {
+				for _, w := range append(want, "PUBLIC-nm", "PUBLIC-opt", "PUBLIC-srv", "WORKSPACE-OK") {
 					if !strings.Contains(out, w) {
 						t.Errorf("uid %d, %s: %s not read inside (world-readable, or the workspace):\n%s", uid, what, w, out)
 					}
@@ -75,7 +78,7 @@ func TestRootCallerHostPrivateFiles(t *testing.T) {
 			if r.Code != 0 {
 				t.Fatalf("run: %v", r)
 			}
-			check("run", r.Stdout)
+			check("run", r.Stdout, "PUBLIC-wg")
 			// The shadow session.
 			r = runShadow(t, uid, home, ws, prelude, claude, env, "-p", "hi")
 			if r.Code != 0 {
