@@ -235,3 +235,48 @@ func hostShmem(t *testing.T) int64 {
 	t.Fatal("no Shmem line in /proc/meminfo")
 	return 0
 }
+
+// The private-file walk races the host: while root sandboxes launch, the
+// host keeps creating, removing and swapping (file <-> directory)
+// root-only entries in a walked tree (/var/tmp). Every launch must still
+// start (a vanished entry is skipped, a changed one judged by what was
+// opened), and a root-only file that stays put is never read.
+func TestPrivateWalkHostChurn(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	dir := testutil.MkdirFor(t, 0)
+	must(t, os.WriteFile(dir+"/steady.key", []byte("SECRET-steady\n"), 0o600))
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p := fmt.Sprintf("%s/churn-%d", dir, i%50)
+			if i%2 == 0 {
+				_ = os.RemoveAll(p)
+				_ = os.WriteFile(p, []byte("SECRET-churn\n"), 0o600)
+			} else {
+				_ = os.RemoveAll(p)
+				_ = os.Mkdir(p, 0o700)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := 0; i < 15; i++ {
+		c := exec.Command(bin, "run", "--net=none", "--", "/bin/sh", "-c", "cat "+dir+"/steady.key 2>/dev/null; exit 0")
+		c.Dir = "/"
+		r := testutil.Run(t, c)
+		if r.Code != 0 {
+			t.Fatalf("launch %d failed while the host churned: %v", i, r)
+		}
+		if strings.Contains(r.Stdout, "SECRET-") {
+			t.Fatalf("launch %d read a root-only file: %q", i, r.Stdout)
+		}
+	}
+}
