@@ -47,7 +47,7 @@ func TestPrivate(t *testing.T) {
 		{"root dir others may enter but not list", dir | 0o711, 0, 0, true},
 		{"root dir others may list but not enter", dir | 0o744, 0, 0, true},
 		{"root dir open to all", dir | 0o755, 0, 0, false},
-		{"root dir closed to root too", dir | 0o000, 0, 0, false},
+		{"root dir closed to root too", dir, 0, 0, false},
 		{"write-only for others does not matter", reg | 0o602, 0, 0, true},
 	}
 	for _, c := range cases {
