@@ -4,12 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
 // hidePrivate applies a HidePrivate operation: the walk described there.
 func (b *builder) hidePrivate(dst string) error {
+	if !b.keepResolved {
+		b.keepResolved = true
+		b.resolveKeep()
+	}
 	if b.keep[dst] {
 		return nil // a later operation replaces the whole tree
 	}
@@ -59,6 +65,47 @@ func (b *builder) private(st *unix.Stat_t) bool {
 		}
 	}
 	return Private(st.Mode, st.Uid, st.Gid, b.me, b.groups)
+}
+
+// resolveKeep adds to the kept destinations the paths they have in the
+// view once symlinks are resolved (Fedora Atomic's /root is a link to
+// /var/roothome): the walk meets them by their real paths. A destination
+// that does not exist yet resolves through its deepest existing parent.
+// (The host's /proc, under the old root while staging, names the fds.)
+func (b *builder) resolveKeep() {
+	var extra []string
+	for k := range b.keep {
+		p, rest := k, ""
+		for {
+			fd, err := b.openIn(p)
+			if err == nil {
+				real, err := os.Readlink(fmt.Sprintf("%s/proc/self/fd/%d", oldRoot, fd))
+				unix.Close(fd)
+				if err == nil && strings.HasPrefix(real, newRoot) {
+					r := strings.TrimPrefix(real, newRoot)
+					if r == "" {
+						r = "/"
+					}
+					if rest != "" {
+						r = path.Join(r, rest)
+					}
+					if r != k {
+						extra = append(extra, r)
+					}
+				}
+				break
+			}
+			if p == "/" {
+				break
+			}
+			parent, name := splitParent(p)
+			rest = path.Join(name, rest)
+			p = parent
+		}
+	}
+	for _, r := range extra {
+		b.keep[r] = true
+	}
 }
 
 // leadsToKeep reports whether p is above a later operation's destination.

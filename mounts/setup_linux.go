@@ -141,10 +141,11 @@ type builder struct {
 	devDst   string // the private /dev's path (read-only once made)
 	// For HidePrivate: the destinations of the operations after it, the
 	// budget its walks have left, and the sandbox's identity.
-	keep     map[string]bool
-	walkLeft int
-	me       uint32
-	groups   []uint32
+	keep         map[string]bool
+	keepResolved bool // keep holds the destinations' resolved paths too
+	walkLeft     int
+	me           uint32
+	groups       []uint32
 }
 
 func (b *builder) close() {
