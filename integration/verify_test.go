@@ -135,6 +135,16 @@ func TestProbesDetectEscapes(t *testing.T) {
 	// file in the workspace.
 	cases["P54"] = []string{vp, "-workspace", ws, "P54"}
 	maps.Copy(cases, persistProbeCases(t, vp))
+	// Issue 28, outside any sandbox as root: a root-only file in the
+	// fixture's /etc, the host's own page files and cgroup tree, and an
+	// unsized tmpfs mounted in a private mount namespace.
+	must(t, os.MkdirAll(filepath.Join(fixture, "etc/wireguard"), 0o755))
+	must(t, os.WriteFile(filepath.Join(fixture, "etc/wireguard/wg0.conf"), []byte("PrivateKey = x"), 0o600))
+	cases["P60"] = []string{vp, "-root", fixture, "P60"}
+	cases["P61"] = []string{vp, "P61"}
+	cases["P62"] = []string{vp, "P62"}
+	cases["P63"] = []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
+		"mount -t tmpfs none " + filepath.Join(fixture, "tmp") + " && exec " + vp + " P63"}
 
 	// A terminal of the "host" on stdin (the fixture has no devpts of its
 	// own), and a host socket under the fixture's /run whose listener is
