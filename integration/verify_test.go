@@ -140,11 +140,11 @@ func TestProbesDetectEscapes(t *testing.T) {
 	// unsized tmpfs mounted in a private mount namespace.
 	must(t, os.MkdirAll(filepath.Join(fixture, "etc/wireguard"), 0o755))
 	must(t, os.WriteFile(filepath.Join(fixture, "etc/wireguard/wg0.conf"), []byte("PrivateKey = x"), 0o600))
-	cases["P60"] = []string{vp, "-root", fixture, "P60"}
-	cases["P61"] = []string{vp, "P61"}
-	cases["P62"] = []string{vp, "P62"}
-	cases["P63"] = []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
-		"mount -t tmpfs none " + filepath.Join(fixture, "tmp") + " && exec " + vp + " P63"}
+	cases["P64"] = []string{vp, "-root", fixture, "P64"}
+	cases["P65"] = []string{vp, "P65"}
+	cases["P66"] = []string{vp, "P66"}
+	cases["P67"] = []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
+		"mount -t tmpfs none " + filepath.Join(fixture, "tmp") + " && exec " + vp + " P67"}
 
 	// A terminal of the "host" on stdin (the fixture has no devpts of its
 	// own), and a host socket under the fixture's /run whose listener is

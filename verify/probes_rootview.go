@@ -14,19 +14,19 @@ import (
 )
 
 // The probes of issue 28: a root caller reading host files the host's
-// other users cannot (P60), the kernel's page-frame and allocator files
-// (P61), the host's cgroup tree (P62), a writable tmpfs without a size
-// (P63).
+// other users cannot (P64), the kernel's page-frame and allocator files
+// (P65), the host's cgroup tree (P66), a writable tmpfs without a size
+// (P67).
 
-// maxPrivateLook bounds the entries P60 looks at.
+// maxPrivateLook bounds the entries P64 looks at.
 const maxPrivateLook = 50000
 
 func rootviewProbes() []Item {
 	return []Item{
-		{"P60", "read a host file only root may read (root callers)", privateFileProbe},
-		{"P61", "read the kernel's page-frame and allocator files", kernelPagesProbe},
-		{"P62", "see the host's cgroup tree", hostCgroupProbe},
-		{"P63", "write a tmpfs without a size limit", tmpfsSizeProbe},
+		{"P64", "read a host file only root may read (root callers)", privateFileProbe},
+		{"P65", "read the kernel's page-frame and allocator files", kernelPagesProbe},
+		{"P66", "see the host's cgroup tree", hostCgroupProbe},
+		{"P67", "write a tmpfs without a size limit", tmpfsSizeProbe},
 	}
 }
 

@@ -20,11 +20,11 @@ func writeRV(t *testing.T, root, p, data string, mode os.FileMode) {
 	}
 }
 
-// P60: a root-only file that reads is ESCAPED (as root, the tests' uid);
+// P64: a root-only file that reads is ESCAPED (as root, the tests' uid);
 // one in the session's own workspace, or a world-readable one, is not.
 func TestPrivateFileProbe(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("P60 judges a root caller's view; run as root")
+		t.Skip("P64 judges a root caller's view; run as root")
 	}
 	fx := t.TempDir()
 	writeRV(t, fx, "/etc/public.conf", "x", 0o644)
@@ -38,7 +38,7 @@ func TestPrivateFileProbe(t *testing.T) {
 	}
 }
 
-// P61: a page-frame file that reads is ESCAPED; none reading is BLOCKED.
+// P65: a page-frame file that reads is ESCAPED; none reading is BLOCKED.
 func TestKernelPagesProbe(t *testing.T) {
 	fx := t.TempDir()
 	if st, ev := kernelPagesProbe(&Env{Root: fx}); st != Blocked {
@@ -54,7 +54,7 @@ func TestKernelPagesProbe(t *testing.T) {
 	}
 }
 
-// P62: v1 hierarchies, the root cgroup, or a mount above the sandbox's
+// P66: v1 hierarchies, the root cgroup, or a mount above the sandbox's
 // cgroup are ESCAPED; an empty directory or the own namespace's root is
 // not.
 func TestHostCgroupProbe(t *testing.T) {
@@ -83,7 +83,7 @@ func TestHostCgroupProbe(t *testing.T) {
 	}
 }
 
-// P63: a writable tmpfs without size= in its options is ESCAPED; sized or
+// P67: a writable tmpfs without size= in its options is ESCAPED; sized or
 // read-only ones are not.
 func TestTmpfsSizeProbe(t *testing.T) {
 	sized := "30 20 0:40 / /tmp rw,nosuid,nodev - tmpfs none rw,size=8192k,mode=1777\n" +
