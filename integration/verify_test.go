@@ -138,6 +138,16 @@ func TestProbesDetectEscapes(t *testing.T) {
 	cases["P60"] = []string{vp, "-initpid", strconv.Itoa(os.Getpid()), "P60"}
 	maps.Copy(cases, persistProbeCases(t, vp))
 	maps.Copy(cases, homeProbeCases(t, vp))
+	// Issue 28, outside any sandbox as root: a root-only file in the
+	// fixture's /etc, the host's own page files and cgroup tree, and an
+	// unsized tmpfs mounted in a private mount namespace.
+	must(t, os.MkdirAll(filepath.Join(fixture, "etc/wireguard"), 0o755))
+	must(t, os.WriteFile(filepath.Join(fixture, "etc/wireguard/wg0.conf"), []byte("PrivateKey = x"), 0o600))
+	cases["P64"] = []string{vp, "-root", fixture, "P64"}
+	cases["P65"] = []string{vp, "P65"}
+	cases["P66"] = []string{vp, "P66"}
+	cases["P67"] = []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
+		"mount -t tmpfs none " + filepath.Join(fixture, "tmp") + " && exec " + vp + " P67"}
 
 	// A terminal of the "host" on stdin (the fixture has no devpts of its
 	// own), and a host socket under the fixture's /run whose listener is

@@ -38,6 +38,19 @@ func KernelCovers() []Op {
 		// debugfs and tracefs (kernel internals, every process's traced
 		// activity), pstore (earlier crashes' kernel logs).
 		"/sys/kernel/debug", "/sys/kernel/tracing", "/sys/fs/pstore",
+		// Podman's extra masks: the host's block devices' sysfs links,
+		// the SELinux policy interface.
+		"/sys/dev/block", "/sys/fs/selinux",
+		// Physical memory layout and other tenants' activity (issue 28):
+		// page frame flags, map counts and owning cgroups, the idle-page
+		// tracker, slab, zone and fragmentation state, the kernel's
+		// virtual and physical address maps, symbol and module addresses,
+		// interrupt and softirq counters (a keystroke-timing side
+		// channel), the crash kernel's symbol addresses, securityfs.
+		"/proc/kpageflags", "/proc/kpagecount", "/proc/kpagecgroup", "/sys/kernel/mm/page_idle",
+		"/proc/slabinfo", "/proc/pagetypeinfo", "/proc/zoneinfo", "/proc/buddyinfo", "/sys/kernel/slab",
+		"/proc/vmallocinfo", "/proc/iomem", "/proc/ioports", "/proc/kallsyms", "/proc/modules", "/proc/mtrr",
+		"/proc/interrupts", "/proc/softirqs", "/proc/kmsg", "/sys/kernel/vmcoreinfo", "/sys/kernel/security",
 	} {
 		ops = append(ops, Op{Kind: Mask, Dst: p})
 	}

@@ -36,6 +36,13 @@ const (
 	// random, urandom and tty bound from the host, a new devpts instance
 	// with its own ptmx, and a tmpfs /dev/shm.
 	Dev Kind = "dev"
+	// Cgroup mounts, at Dst (/sys/fs/cgroup), a fresh read-only cgroup2
+	// hierarchy rooted at the sandbox's own cgroup namespace, so the
+	// host's cgroup tree (its services, other containers' ids) is not
+	// seen. Where the sandbox has no cgroup namespace of its own, or the
+	// kernel refuses the mount, an empty read-only tmpfs hides Dst
+	// instead. A Dst that does not exist is left alone.
+	Cgroup Kind = "cgroup"
 	// Proc mounts a fresh procfs for the sandbox's PID namespace; where the
 	// kernel refuses (a container that masks parts of /proc), the host's
 	// /proc is bound read-only instead and a warning is reported.
@@ -88,6 +95,10 @@ type Op struct {
 	// Optional makes a missing Src a skip instead of an error (the
 	// --bind-try and --ro-bind-try forms).
 	Optional bool `json:"optional,omitempty"`
+	// Size bounds a writable tmpfs's contents in bytes: a Tmpfs, the
+	// /dev/shm of a Dev, the per-session layer of an Overlay. 0 leaves
+	// the kernel's default (half the RAM); plans always set it.
+	Size int64 `json:"size,omitempty"`
 	// Exact makes Src resolve with no symlink in any component (binds and
 	// overlays alike): the planner resolved it already, and a symlink
 	// found there when the sandbox is built was put in since (a
@@ -126,6 +137,9 @@ func (o Op) String() string {
 		}
 		return s
 	case Tmpfs:
+		if o.Size > 0 {
+			return fmt.Sprintf("tmpfs %s (mode %04o, size %d)", o.Dst, o.Mode, o.Size)
+		}
 		return fmt.Sprintf("tmpfs %s (mode %04o)", o.Dst, o.Mode)
 	case File:
 		return fmt.Sprintf("file %s (%d bytes)", o.Dst, len(o.Data))

@@ -41,7 +41,7 @@ func (b *builder) overlay(op Op) error {
 	if err := b.ensure(op.Dst, true); err != nil {
 		return &Error{Op: "create mount point for overlay", Src: op.Src, Dst: op.Dst, Err: err}
 	}
-	fd, err := b.newOverlay(hostSrc, fi)
+	fd, err := b.newOverlay(hostSrc, fi, op.Size)
 	if err != nil {
 		b.warnf("%s: the kernel refused an overlay (%v); bound it read-only instead, so writes there fail for this session", op, err)
 		return b.bind(ro)
@@ -89,7 +89,7 @@ func (b *builder) overlayExact(op Op) error {
 	fi, err := os.Stat(".")
 	var fd int
 	if err == nil {
-		fd, err = b.newOverlay(".", fi)
+		fd, err = b.newOverlay(".", fi, op.Size)
 	}
 	if cerr := unix.Chdir("/"); cerr != nil {
 		if err == nil {
@@ -109,12 +109,23 @@ func (b *builder) overlayExact(op Op) error {
 }
 
 // newOverlay creates the detached overlay mount of lower, with a fresh
-// upper and work directory in the scratch tmpfs.
-func (b *builder) newOverlay(lower string, fi os.FileInfo) (int, error) {
+// upper and work directory in a tmpfs of its own of size bytes (0: the
+// kernel's default), mounted in the scratch tmpfs.
+func (b *builder) newOverlay(lower string, fi os.FileInfo, size int64) (int, error) {
 	b.overlays++
 	dir := fmt.Sprintf("/overlay-%d", b.overlays)
 	upper, work := dir+"/upper", dir+"/work"
-	for _, d := range []string{dir, upper, work} {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return -1, err
+	}
+	data := "mode=0700"
+	if size > 0 {
+		data += fmt.Sprintf(",size=%d", size)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return -1, fmt.Errorf("mount the layer's tmpfs: %w", err)
+	}
+	for _, d := range []string{upper, work} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			return -1, err
 		}

@@ -66,6 +66,8 @@ func Setup(ops []Op) (warnings []string, err error) {
 	if b.old, err = unix.Open(oldRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 		return nil, &Error{Op: "open host root", Dst: oldRoot, Err: err}
 	}
+	b.walkLeft = PrivateWalkBudget
+	b.keep = placedDsts(ops)
 	for _, op := range ops {
 		if err := b.apply(op); err != nil {
 			return b.warnings, err
@@ -75,6 +77,24 @@ func Setup(ops []Op) (warnings []string, err error) {
 		return b.warnings, err
 	}
 	return b.warnings, nil
+}
+
+// placedDsts are the destinations a HidePrivate walk leaves alone: what
+// an operation placed there (a tmpfs over the home, a bind made on
+// purpose) is the sandbox's own, not the host's view, and a later
+// operation's mount point must stay reachable. Masks, socket masks and
+// read-only covers are not among them: they find nothing to do under a
+// masked directory, which is as good.
+func placedDsts(ops []Op) map[string]bool {
+	m := map[string]bool{}
+	for _, op := range ops {
+		switch op.Kind {
+		case RootRO, Mask, MaskSocket, ReadOnly, HidePrivate:
+		default:
+			m[op.Dst] = true
+		}
+	}
+	return m
 }
 
 // enterStaging mounts a scratch tmpfs and pivots into it, leaving the host
@@ -119,6 +139,13 @@ type builder struct {
 	files    int    // generated files written so far
 	overlays int    // overlay layers made so far
 	devDst   string // the private /dev's path (read-only once made)
+	// For HidePrivate: the destinations of the operations after it, the
+	// budget its walks have left, and the sandbox's identity.
+	keep         map[string]bool
+	keepResolved bool // keep holds the destinations' resolved paths too
+	walkLeft     int
+	me           uint32
+	groups       []uint32
 }
 
 func (b *builder) close() {
@@ -139,11 +166,13 @@ func (b *builder) apply(op Op) error {
 	case RootRO:
 		return b.rootRO()
 	case Dev:
-		return b.dev(op.Dst)
+		return b.dev(op.Dst, op.Size)
+	case Cgroup:
+		return b.cgroup(op.Dst)
 	case Proc:
 		return b.proc(op.Dst)
 	case Tmpfs:
-		return b.tmpfs(op.Dst, uint32(op.Mode), 0, "tmpfs")
+		return b.tmpfs(op.Dst, uint32(op.Mode), op.Size, 0, "tmpfs")
 	case Bind, ROBind:
 		return b.bind(op)
 	case DevBind:
@@ -158,6 +187,8 @@ func (b *builder) apply(op Op) error {
 		return b.overlay(op)
 	case Symlink, MaskSocket:
 		return b.applyMore(op)
+	case HidePrivate:
+		return b.hidePrivate(op.Dst)
 	}
 	return &Error{Op: "setup", Err: fmt.Errorf("unknown operation %q", op.Kind)}
 }
@@ -369,11 +400,17 @@ func splitParent(p string) (string, string) {
 	return p[:i], p[i+1:]
 }
 
-func (b *builder) tmpfs(dst string, mode uint32, attrs int, what string) error {
+// tmpfs mounts a tmpfs at dst; size (bytes) bounds its contents, 0 leaves
+// the kernel's default.
+func (b *builder) tmpfs(dst string, mode uint32, size int64, attrs int, what string) error {
 	if err := b.ensure(dst, true); err != nil {
 		return &Error{Op: "create mount point for " + what, Dst: dst, Err: err}
 	}
-	fd, err := newFS("tmpfs", map[string]string{"mode": fmt.Sprintf("%04o", mode)}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|attrs)
+	opts := map[string]string{"mode": fmt.Sprintf("%04o", mode)}
+	if size > 0 {
+		opts["size"] = fmt.Sprint(size)
+	}
+	fd, err := newFS("tmpfs", opts, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|attrs)
 	if err != nil {
 		return &Error{Op: "mount " + what, Dst: dst, Err: err}
 	}
@@ -436,7 +473,7 @@ func (b *builder) mask(dst string) error {
 		return nil
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		return b.tmpfs(dst, 0o755, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOEXEC, "mask")
+		return b.tmpfs(dst, 0o755, maskSize, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOEXEC, "mask")
 	}
 	fd, err := cloneTree(oldRoot+"/dev/null", false, true)
 	if err != nil {
@@ -453,8 +490,16 @@ func (b *builder) mask(dst string) error {
 // nodes cannot be created in a user namespace, so bind mounts stand in.
 var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
-func (b *builder) dev(dst string) error {
-	if err := b.tmpfs(dst, 0o755, 0, "/dev tmpfs"); err != nil {
+// maskSize is the size of the empty read-only tmpfs a mask is: nothing is
+// ever written there.
+const maskSize = 4096
+
+// devSize bounds the /dev tmpfs itself (read-only once made; it holds only
+// mount points and links).
+const devSize = 64 << 10
+
+func (b *builder) dev(dst string, shmSize int64) error {
+	if err := b.tmpfs(dst, 0o755, devSize, 0, "/dev tmpfs"); err != nil {
 		return err
 	}
 	for _, n := range devNodes {
@@ -488,7 +533,7 @@ func (b *builder) dev(dst string) error {
 	if err != nil {
 		return &Error{Op: "mount devpts", Dst: dst + "/pts", Err: err}
 	}
-	if err := b.tmpfs(dst+"/shm", 0o1777, 0, "/dev/shm"); err != nil {
+	if err := b.tmpfs(dst+"/shm", 0o1777, shmSize, 0, "/dev/shm"); err != nil {
 		return err
 	}
 	dfd, err := b.openDirIn(dst)

@@ -74,14 +74,17 @@ type Plan struct {
 	// Mounts is the filesystem view, applied in order.
 	Mounts []mounts.Op `json:"mounts"`
 	// HostRoot marks a plan for a caller that is root on the host (uid 0
-	// mapped to the host's uid 0): Mounts then ends with
-	// mounts.KernelCovers, and the engine refuses new cgroup namespaces
+	// mapped to the host's uid 0): Mounts then hides the host's private
+	// files (mounts.HidePrivate) and ends with mounts.KernelCovers, and the engine refuses new cgroup namespaces
 	// inside. The engine refuses to run a plan without it for such a
 	// caller.
 	HostRoot bool `json:"hostRoot,omitempty"`
 	// PidsLimit bounds the number of tasks alive at once in the sandbox
 	// and every namespace nested in it; 0 means no bound.
 	PidsLimit int `json:"pidsLimit"`
+	// TmpfsSize is the size limit, in bytes, of each writable tmpfs the
+	// sandbox gets (the Size of every Tmpfs, Dev and Overlay op).
+	TmpfsSize int64 `json:"tmpfsSize,omitempty"`
 }
 
 // planJSON puts the command, environment and working directory first, as
@@ -203,6 +206,10 @@ type Options struct {
 	// PidsLimit bounds the tasks in the sandbox: 0 means DefaultPidsLimit,
 	// a negative value no bound.
 	PidsLimit int
+	// TmpfsSize is the size limit in bytes of each writable tmpfs (/tmp,
+	// the home, /dev/shm, /run, the caller's --tmpfs, each overlay's
+	// layer): 0 means DefaultTmpfsSize for the plan.
+	TmpfsSize int64
 	// Stat looks at host paths; nil means os.Stat.
 	Stat func(string) (fs.FileInfo, error)
 	// DevDir checks that a directory --dev-bind source (one below /dev,
@@ -293,7 +300,8 @@ func Build(opts Options) (*Plan, error) {
 		p.Dir = "/"
 	}
 
-	p.Mounts = []mounts.Op{{Kind: mounts.RootRO, Dst: "/"}, {Kind: mounts.Dev, Dst: "/dev"}, {Kind: mounts.Proc, Dst: "/proc"}}
+	p.Mounts = []mounts.Op{{Kind: mounts.RootRO, Dst: "/"}, {Kind: mounts.Dev, Dst: "/dev"}, {Kind: mounts.Proc, Dst: "/proc"},
+		{Kind: mounts.Cgroup, Dst: "/sys/fs/cgroup"}}
 	if !opts.Bare {
 		p.Mounts = append(p.Mounts, mounts.Op{Kind: mounts.Tmpfs, Dst: "/tmp", Mode: 0o1777})
 		if h, err := mounts.CleanAbs(opts.Home); err == nil && h != "/" && !mounts.Within(h, "/tmp") {
@@ -307,6 +315,15 @@ func Build(opts Options) (*Plan, error) {
 		h = OSHost{}
 	}
 	p.Mounts = append(p.Mounts, runCover(h)...)
+	if opts.HostRoot {
+		// A rule, not a list: root inside reads every root-owned file as
+		// its owner, so what the host's other users cannot read is hidden
+		// (mounts.HidePrivate), before the caller's own operations so
+		// that what is bound on purpose is seen.
+		for _, t := range mounts.PrivateTrees {
+			p.Mounts = append(p.Mounts, mounts.Op{Kind: mounts.HidePrivate, Dst: t})
+		}
+	}
 	user, err := checkOps(opts.Ops, stat, devDir)
 	if err != nil {
 		return nil, err
@@ -332,6 +349,9 @@ func Build(opts Options) (*Plan, error) {
 	}
 	hide, warnings, err := hideSockets(p.Mounts, h, opts.AllowSockets)
 	if err != nil {
+		return nil, err
+	}
+	if err := sizeTmpfs(p, opts.TmpfsSize); err != nil {
 		return nil, err
 	}
 	if w := emptyCwd(p); w != "" {

@@ -37,6 +37,7 @@ var host = fakeFS{"/home/u": true, "/home/u/work": true, "/home/u/.cache": true,
 func base(extra ...mounts.Op) []mounts.Op {
 	ops := []mounts.Op{
 		{Kind: mounts.RootRO, Dst: "/"}, {Kind: mounts.Dev, Dst: "/dev"}, {Kind: mounts.Proc, Dst: "/proc"},
+		{Kind: mounts.Cgroup, Dst: "/sys/fs/cgroup"},
 		{Kind: mounts.Tmpfs, Dst: "/tmp", Mode: 0o1777}, {Kind: mounts.Tmpfs, Dst: "/home/u", Mode: 0o700},
 	}
 	return append(ops, extra...)
@@ -60,16 +61,16 @@ func TestBuild(t *testing.T) {
 			want: &Plan{Argv: []string{"id"}, Env: []string{}, Dir: "/", Net: NetNone, Hostname: "box", Mounts: base()},
 		},
 		{
-			name: "host root gets the kernel covers last, after the late ops",
+			name: "host root gets the private-file walks before its own ops and the kernel covers last, after the late ops",
 			opts: Options{Command: []string{"true"}, Home: "/home/u", Bare: true, HostRoot: true, PidsLimit: 500,
 				Late: []mounts.Op{{Kind: mounts.File, Dst: "/etc/resolv.conf", Data: "x"}}},
 			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{}, HostRoot: true, PidsLimit: 500,
-				Mounts: append(append(base()[:3], mounts.Op{Kind: mounts.File, Dst: "/etc/resolv.conf", Data: "x"}), mounts.KernelCovers()...)},
+				Mounts: append(append(append(base()[:4], hidePrivate()...), mounts.Op{Kind: mounts.File, Dst: "/etc/resolv.conf", Data: "x"}), mounts.KernelCovers()...)},
 		},
 		{
 			name: "no process limit",
 			opts: Options{Command: []string{"true"}, Home: "/home/u", Bare: true, PidsLimit: -1},
-			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{}, Mounts: base()[:3]},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{}, Mounts: base()[:4]},
 		},
 		{
 			name:    "process limit below the kernel's reserve",
@@ -79,12 +80,12 @@ func TestBuild(t *testing.T) {
 		{
 			name: "bare drops the default tmpfs",
 			opts: Options{Command: []string{"true"}, Home: "/home/u", Bare: true},
-			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{}, Mounts: base()[:3]},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{}, Mounts: base()[:4]},
 		},
 		{
 			name: "missing home gets no tmpfs",
 			opts: Options{Command: []string{"true"}, Home: "/nonexistent"},
-			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{}, Mounts: base()[:4]},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{}, Mounts: base()[:5]},
 		},
 		{
 			name: "user ops in order, cleaned, default tmpfs mode, try dropped when missing",
@@ -108,19 +109,19 @@ func TestBuild(t *testing.T) {
 			name: "environment: cleared, keep-env copies, setenv wins in order",
 			opts: Options{Command: []string{"env"}, Environ: []string{"TERM=xterm", "GH_TOKEN=secret", "LANG=C"},
 				KeepEnv: []string{"TERM", "LANG", "UNSET"}, SetEnv: [][2]string{{"A", "1"}, {"LANG", "C.UTF-8"}}},
-			want: &Plan{Argv: []string{"env"}, Env: []string{"TERM=xterm", "LANG=C.UTF-8", "A=1"}, Dir: "/", Net: NetJail, Egress: &Egress{}, Mounts: base()[:4]},
+			want: &Plan{Argv: []string{"env"}, Env: []string{"TERM=xterm", "LANG=C.UTF-8", "A=1"}, Dir: "/", Net: NetJail, Egress: &Egress{}, Mounts: base()[:5]},
 		},
 		{
 			name: "chdir is strict",
 			opts: Options{Command: []string{"true"}, Chdir: "/srv/x/", Cwd: "/home/u"},
-			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/srv/x", DirStrict: true, Net: NetJail, Egress: &Egress{}, Mounts: base()[:4]},
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/srv/x", DirStrict: true, Net: NetJail, Egress: &Egress{}, Mounts: base()[:5]},
 		},
 		{
 			name: "jail with allow entries, late ops last",
 			opts: Options{Command: []string{"true"}, Net: NetJail, Allow: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32")},
 				Ops:  []mounts.Op{{Kind: mounts.Tmpfs, Dst: "/x"}},
 				Late: []mounts.Op{{Kind: mounts.File, Dst: "/etc/resolv.conf", Data: "nameserver 192.0.2.1\n"}}},
-			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{Allow: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32")}}, Mounts: append(base()[:4],
+			want: &Plan{Argv: []string{"true"}, Env: []string{}, Dir: "/", Net: NetJail, Egress: &Egress{Allow: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32")}}, Mounts: append(base()[:5],
 				mounts.Op{Kind: mounts.Tmpfs, Dst: "/x", Mode: 0o755},
 				mounts.Op{Kind: mounts.File, Dst: "/etc/resolv.conf", Data: "nameserver 192.0.2.1\n"})},
 		},
@@ -166,6 +167,7 @@ func TestBuild(t *testing.T) {
 			if c.want.PidsLimit == 0 && c.opts.PidsLimit >= 0 {
 				c.want.PidsLimit = DefaultPidsLimit
 			}
+			unsized(got)
 			if !reflect.DeepEqual(got, c.want) {
 				g, _ := json.MarshalIndent(got, "", " ")
 				w, _ := json.MarshalIndent(c.want, "", " ")
@@ -297,5 +299,73 @@ func TestPlanJSONExactBytes(t *testing.T) {
 	want := `{"argv":["true"],"env":[],"dir":"/é","uid":0,"gid":0,"net":"none","mounts":[{"kind":"tmpfs","dst":"/x","mode":"0755"}],"pidsLimit":0}`
 	if string(b) != want {
 		t.Errorf("plain plan JSON:\n got %s\nwant %s", b, want)
+	}
+}
+
+func hidePrivate() []mounts.Op {
+	var ops []mounts.Op
+	for _, t := range []string{"/etc", "/root", "/var", "/srv", "/opt", "/home", "/boot", "/usr/local/etc", "/mnt", "/media"} {
+		ops = append(ops, mounts.Op{Kind: mounts.HidePrivate, Dst: t})
+	}
+	return ops
+}
+
+// unsized drops the tmpfs sizes from a plan (TestTmpfsSizes checks them)
+// so the other tests compare the operations alone.
+func unsized(p *Plan) *Plan {
+	p.TmpfsSize = 0
+	for i := range p.Mounts {
+		p.Mounts[i].Size = 0
+	}
+	return p
+}
+
+// Every writable tmpfs gets a size: by default a share of a quarter of the
+// RAM, else what was asked; read-only kinds get none; too small is refused.
+func TestTmpfsSizes(t *testing.T) {
+	defer func(f func() uint64) { TotalRAM = f }(TotalRAM)
+	TotalRAM = func() uint64 { return 8 << 30 }
+	ops := []mounts.Op{{Kind: mounts.Tmpfs, Dst: "/scratch"}, {Kind: mounts.Overlay, Src: "/home/u/.cache", Dst: "/home/u/.cache"}}
+	p, err := Build(Options{Command: []string{"true"}, Home: "/home/u", Stat: host.stat, Host: noHost, Ops: ops})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// /dev (its /dev/shm), /tmp, the home, /scratch, the overlay: five.
+	if want := int64(8<<30) / 4 / 5 &^ (1<<20 - 1); p.TmpfsSize != want {
+		t.Errorf("default size %d, want %d", p.TmpfsSize, want)
+	}
+	n := 0
+	for _, op := range p.Mounts {
+		switch op.Kind {
+		case mounts.Tmpfs, mounts.Dev, mounts.Overlay:
+			n++
+			if op.Size != p.TmpfsSize {
+				t.Errorf("%s: size %d, want %d", op, op.Size, p.TmpfsSize)
+			}
+		default:
+			if op.Size != 0 {
+				t.Errorf("%s: size %d on a kind that writes nothing", op, op.Size)
+			}
+		}
+	}
+	if n != 5 {
+		t.Errorf("%d sized ops, want 5: %v", n, p.Mounts)
+	}
+	p, err = Build(Options{Command: []string{"true"}, Home: "/home/u", Stat: host.stat, Host: noHost, TmpfsSize: 64 << 20})
+	if err != nil || p.TmpfsSize != 64<<20 {
+		t.Fatalf("asked 64M: %v %v", p, err)
+	}
+	if _, err := Build(Options{Command: []string{"true"}, Host: noHost, TmpfsSize: 4096}); err == nil || !strings.Contains(err.Error(), "--tmpfs-size") {
+		t.Errorf("a 4 KiB tmpfs: %v, want a refusal naming --tmpfs-size", err)
+	}
+	for in, want := range map[string]int64{"512M": 512 << 20, "2G": 2 << 30, "1048576": 1 << 20, "64MiB": 64 << 20, "1k": 1024} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v, want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "M", "-1M", "1.5G", "lots", "99999999999T"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q): want an error", bad)
+		}
 	}
 }

@@ -356,7 +356,9 @@ func showsAt(view []mounts.Op, hostPath string) []string {
 		}
 		covered := false
 		for _, later := range view[i+1:] {
-			if later.Kind != mounts.MaskSocket && mounts.Within(at, later.Dst) {
+			// A HidePrivate walk covers only what it finds private;
+			// a socket there still shows.
+			if later.Kind != mounts.MaskSocket && later.Kind != mounts.HidePrivate && mounts.Within(at, later.Dst) {
 				covered = true
 				break
 			}

@@ -168,7 +168,7 @@ func TestSocketsHidden(t *testing.T) {
 		mounts.Op{Kind: mounts.MaskSocket, Dst: "/w/d.sock"},
 		mounts.Op{Kind: mounts.ROBind, Src: "/run/docker.sock", Dst: "/run/docker.sock"},
 	)
-	if !reflect.DeepEqual(p.Mounts, want) {
+	if !reflect.DeepEqual(unsized(p).Mounts, want) {
 		t.Errorf("mounts:\n%v\nwant:\n%v", p.Mounts, want)
 	}
 	if len(warned) != 1 || !strings.Contains(warned[0], "/nope.sock") {
@@ -293,5 +293,30 @@ func TestMapForeignPath(t *testing.T) {
 	}
 	if got := MapForeignPath("/x.sock", []HostMount{{Dev: "0:5", Root: "/", Point: "/"}}, ours); len(got) != 0 {
 		t.Errorf("a filesystem the host does not mount: %q", got)
+	}
+}
+
+// A root caller's private-file walks (HidePrivate over /var, /srv) hide
+// only what they find private: a socket below them still gets its mask.
+// Fails without the HidePrivate exception in showsAt (the walks counted
+// as covers, and /srv/s.sock and /var/lib/x/z.sock stayed reachable).
+func TestSocketsHiddenUnderPrivateWalks(t *testing.T) {
+	h := fakeHost{tree: map[string]string{
+		"/var": "d", "/var/lib": "d", "/var/lib/x": "d", "/var/lib/x/z.sock": "s", "/srv": "d", "/srv/s.sock": "s",
+	}, listed: []string{"/var/lib/x/z.sock", "/srv/s.sock"}}
+	p, err := Build(Options{Command: []string{"true"}, Bare: true, Stat: h.Lstat, Host: h, HostRoot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, op := range p.Mounts {
+		if op.Kind == mounts.MaskSocket {
+			got[op.Dst] = true
+		}
+	}
+	for _, want := range []string{"/var/lib/x/z.sock", "/srv/s.sock"} {
+		if !got[want] {
+			t.Errorf("no socket mask for %s under a private-file walk: %v", want, p.Mounts)
+		}
 	}
 }

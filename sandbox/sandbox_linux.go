@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/user"
+	"path"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,10 +57,17 @@ type Spec struct {
 	// (and Home), the host's sockets hidden. See [Bind], [ROBind], [DevBind],
 	// [Tmpfs], [Mask] and [File].
 	Mounts []Mount
-	// Home, when set, gets an empty private tmpfs (as /tmp does).
+	// Home gets an empty private tmpfs (as /tmp does). Unset, it is the
+	// caller's home directory ($HOME, and the password database's entry
+	// when that differs): the safe default keeps ~/.ssh and the rest of
+	// the caller's files out. Bind what the command needs back in Mounts
+	// (an explicit Bind over Home wins), or set Bare to keep the host's.
 	Home string
 	// Bare drops the default tmpfs over /tmp and Home.
 	Bare bool
+	// TmpfsSize is the size limit in bytes of each writable tmpfs inside:
+	// 0 is the default, a quarter of the RAM shared among them.
+	TmpfsSize int64
 	// Hostname, when set, is the sandbox's own hostname.
 	Hostname string
 	// PidsLimit bounds the processes alive at once inside: 0 is the
@@ -201,12 +210,18 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		Bare:      spec.Bare,
 		Chdir:     spec.Dir,
 		Home:      spec.Home,
+		TmpfsSize: spec.TmpfsSize,
 		Hostname:  spec.Hostname,
 		PidsLimit: spec.PidsLimit,
 		UID:       os.Getuid(),
 		GID:       os.Getgid(),
 		HostRoot:  nsexec.CallerIsHostRoot(),
 		Warn:      spec.Warn,
+	}
+	if opts.Home == "" && !spec.Bare {
+		var extra []Mount
+		opts.Home, extra = callerHomes()
+		opts.Ops = append(extra, opts.Ops...)
 	}
 	// The jail parses and enforces them (PrepareNames below).
 	opts.AllowDomains, opts.DenyDomains = spec.AllowDomains, spec.DenyDomains
@@ -535,4 +550,24 @@ var defaultStageExe string
 func allThreadsSyscallWorks() bool {
 	_, _, e := syscall.AllThreadsSyscall(syscall.SYS_GETPID, 0, 0, 0)
 	return e != syscall.ENOTSUP
+}
+
+// callerHomes returns the caller's home directory ($HOME, else the
+// password database's) for Spec's default Home, and an empty tmpfs over
+// the password database's home when it is another directory.
+func callerHomes() (string, []Mount) {
+	env := os.Getenv("HOME")
+	var db string
+	if u, err := user.Current(); err == nil {
+		db = u.HomeDir
+	}
+	if env == "" || env == "/" {
+		return db, nil
+	}
+	if db != "" && db != "/" && path.Clean(db) != path.Clean(env) {
+		if fi, err := os.Stat(db); err == nil && fi.IsDir() {
+			return env, []Mount{{Kind: mounts.Tmpfs, Dst: path.Clean(db), Mode: 0o700}}
+		}
+	}
+	return env, nil
 }

@@ -297,3 +297,45 @@ func TestWriterAndStartError(t *testing.T) {
 		t.Errorf("AllowDomains with NetNone: %v", err)
 	}
 }
+
+// Issue 28: the embedding API is safe by default. A Spec without Home
+// gives the caller's home an empty tmpfs, so a planted ~/.ssh/id_ed25519
+// is not readable; with Bare the host's home shows (the opt-out works).
+// Seen failing (the key read) before the default.
+func TestSpecWithoutHomeHidesCallersHome(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	home := testutil.MkdirFor(t, os.Getuid())
+	key := home + "/.ssh/id_ed25519"
+	// World-readable, so that for a root caller only the home's tmpfs
+	// (not the private-file walk) decides what is seen.
+	if err := os.MkdirAll(home+"/.ssh", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, []byte("PRIVATE-KEY\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HOME", home)
+	read := func(bare bool) string {
+		var out strings.Builder
+		sb, err := sandbox.Start(context.Background(), sandbox.Spec{
+			Command: []string{"/bin/sh", "-c", "cat " + key + " 2>/dev/null; exit 0"},
+			Net:     sandbox.NetNone,
+			Bare:    bare,
+			Stdout:  &out,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, err := sb.Wait(); code != 0 || err != nil {
+			t.Fatalf("exit %d, %v", code, err)
+		}
+		return out.String()
+	}
+	if got := read(false); strings.Contains(got, "PRIVATE-KEY") {
+		t.Errorf("a Spec without Home read the caller's ~/.ssh/id_ed25519: %q", got)
+	}
+	if got := read(true); !strings.Contains(got, "PRIVATE-KEY") {
+		t.Errorf("with Bare the host's home should show (the opt-out): %q", got)
+	}
+}

@@ -63,6 +63,8 @@ type Config struct {
 	GitLabHost string `json:"gitlabHost"`
 	// PidsLimit is plan.Options.PidsLimit: 0 the default, negative none.
 	PidsLimit int `json:"pidsLimit,omitempty"`
+	// TmpfsSize is plan.Options.TmpfsSize: 0 the default share of RAM.
+	TmpfsSize int64 `json:"tmpfsSize,omitempty"`
 	// Debug is run's --debug: the launcher's and the jail's diagnostics,
 	// to stderr or (DebugFile set) appended to DebugFile.
 	Debug     bool   `json:"debug,omitempty"`
@@ -227,6 +229,20 @@ var configKeys = []configKey{
 			return nil
 		}
 		return fmt.Errorf("%q: use allow or deny", v.s)
+	}},
+	{"tmpfs-size", func(c *Config, v configValue) error {
+		if err := v.need(); err != nil {
+			return err
+		}
+		n, err := plan.ParseSize(v.s)
+		if err != nil {
+			return err
+		}
+		if n < plan.MinTmpfsSize {
+			return fmt.Errorf("%q is too small: use at least 1M", v.s)
+		}
+		c.TmpfsSize = n
+		return nil
 	}},
 	{"debug", func(c *Config, v configValue) error { return setBool(&c.Debug, v) }},
 	{"debug-file", func(c *Config, v configValue) error {

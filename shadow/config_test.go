@@ -35,6 +35,7 @@ func TestParseConfig(t *testing.T) {
 		{"gitlab-host", "gitlab-host = gitlab.example.org\n", with(func(c *Config) { c.GitLabHost = "gitlab.example.org" }), ""},
 		{"pids-limit", "pids-limit = 1000\n", with(func(c *Config) { c.PidsLimit = 1000 }), ""},
 		{"pids-limit 0 is none", "pids-limit = 0\n", with(func(c *Config) { c.PidsLimit = -1 }), ""},
+		{"tmpfs-size", "tmpfs-size = 256M\n", with(func(c *Config) { c.TmpfsSize = 256 << 20 }), ""},
 		{"pids-limit too low", "pids-limit = 10\n", Config{}, "f:1: pids-limit: 10 is out of range"},
 		{"osc52 allow", "osc52 = allow\n", with(func(c *Config) { c.OSC52 = true }), ""},
 		{"osc52 deny", "osc52 = deny\n", def, ""},
@@ -190,6 +191,7 @@ func TestConfigKeysTable(t *testing.T) {
 		"gitlab-host":        "gitlab-host = gitlab.example.org",
 		"pids-limit":         "pids-limit = 1000",
 		"osc52":              "osc52 = allow",
+		"tmpfs-size":         "tmpfs-size = 512M",
 		"debug":              "debug",
 		"debug-file":         "debug-file = /var/log/cs.log",
 	}

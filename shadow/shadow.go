@@ -409,6 +409,7 @@ func Build(in Inputs) (*Launch, error) {
 		Stat:         in.Stat,
 		// The process limit: the configured one, else plan's default.
 		PidsLimit: cfg.PidsLimit,
+		TmpfsSize: cfg.TmpfsSize,
 	}
 	if !cfg.EgressJail {
 		l.Options.Allow, l.Options.HostPorts, l.Options.Publish = nil, nil, nil
@@ -468,10 +469,14 @@ func resolverByParent(in Inputs) func(string) (string, error) {
 
 // hostSecrets are the host files and directories masked when the caller
 // can read them: password hashes (and their backups), sudo rules, the SSH
-// host keys found in /etc/ssh, TLS private keys.
+// host keys found in /etc/ssh, TLS private keys, VPN and Wi-Fi keys, the
+// host's Kerberos keytab. For a root caller these are belt and braces:
+// the plan's private-file walk (mounts.HidePrivate) hides every host file
+// the host's other users cannot read, named here or not.
 func hostSecrets(in Inputs) []string {
 	out := []string{"/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers",
-		"/etc/security/opasswd", "/etc/ssl/private", "/etc/pki/tls/private"}
+		"/etc/security/opasswd", "/etc/ssl/private", "/etc/pki/tls/private",
+		"/etc/wireguard", "/etc/krb5.keytab", "/etc/NetworkManager/system-connections"}
 	if in.ReadDir != nil {
 		names, _ := in.ReadDir("/etc/ssh")
 		for _, n := range names {

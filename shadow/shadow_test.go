@@ -434,6 +434,8 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 // --shadow` prints it, held as golden text: any change to what the shadow
 // asks of the engine shows up in review.
 func TestPlanGolden(t *testing.T) {
+	defer func(f func() uint64) { plan.TotalRAM = f }(plan.TotalRAM)
+	plan.TotalRAM = func() uint64 { return 8 << 30 } // the default tmpfs size follows the RAM
 	in := inputs(fullHost(), "--chrome", "-p", "fix the bug")
 	in.Config.AllowIP = nil
 	in.Config.PassEnv = []string{"EPICS_CA_ADDR_LIST"}

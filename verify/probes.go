@@ -43,7 +43,7 @@ func mustCIDR(s string) *net.IPNet {
 // Probes is the fixed adversarial battery.
 func Probes() []Item {
 	var all []Item
-	for _, group := range [][]Item{firstProbes(), moreProbes(), egressProbes(), wallProbes(), persistProbes(), homeProbes(), hostProbes()} {
+	for _, group := range [][]Item{firstProbes(), moreProbes(), egressProbes(), wallProbes(), persistProbes(), homeProbes(), hostProbes(), rootviewProbes()} {
 		all = append(all, group...)
 	}
 	return all

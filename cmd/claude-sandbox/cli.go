@@ -324,6 +324,19 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, err
 			}
 			r.opts.Hostname = v
+		case "--tmpfs-size":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			n, err := plan.ParseSize(v)
+			if err != nil {
+				return nil, usagef("--tmpfs-size: %v", err)
+			}
+			if n < plan.MinTmpfsSize {
+				return nil, usagef("--tmpfs-size: %q is too small: use at least 1M", v)
+			}
+			r.opts.TmpfsSize = n
 		case "--pids-limit":
 			v, err := value()
 			if err != nil {

@@ -59,6 +59,10 @@ const (
 // runOptions are the options of `run` and `plan`.
 var runOptions = []option{
 	{name: "--tmpfs", args: []string{"PATH"}, section: secFS, help: "empty writable tmpfs at PATH (mode 0755)"},
+	{name: "--tmpfs-size", args: []string{"SIZE"}, section: secFS, help: `size limit of each writable tmpfs inside (/tmp, the
+home, /dev/shm, /run, every --tmpfs, each --overlay's
+layer), e.g. 512M or 2G; default: a quarter of the
+RAM shared among them; at least 1M`},
 	{name: "--perms", args: []string{"MODE"}, section: secFS, help: "octal mode for the --tmpfs right after it (e.g. 1777)"},
 	{name: "--bind", args: []string{"SRC", "DST"}, section: secFS, help: "host path SRC at DST, writable"},
 	{name: "--ro-bind", args: []string{"SRC", "DST"}, section: secFS, help: "host path SRC at DST, read-only"},

@@ -1,7 +1,9 @@
 // Command embed shows a Go program sandboxing the commands it runs with
 // package sandbox, in three short runs:
 //
-//  1. a shell command with one writable directory (-dir), no network;
+//  1. a shell command with one writable directory (-dir), no network; the
+//     rest of the host is read-only, and the caller's home is an empty
+//     tmpfs (a Spec without Home hides it; Bare or a Bind opts out);
 //  2. this program again, inside the egress jail, dialing each address of
 //     -dial: the flows the jail blocks are printed as they happen, with
 //     the rule that blocked them; with -host-port PORT, the host's
@@ -114,6 +116,9 @@ func jailed(addrs string, domains []string, hostPort uint16) error {
 	}
 	sb, err := sandbox.Start(context.Background(), sandbox.Spec{
 		Command: []string{self, "-connect", addrs},
+		// The caller's home is an empty tmpfs inside (Spec.Home's safe
+		// default): bound back, this program runs from there too.
+		Mounts: []sandbox.Mount{sandbox.ROBind(self, self)},
 		// With names, the jail's domain allowlist: only they (and DNS)
 		// are reachable.
 		AllowDomains: domains,

@@ -1,0 +1,97 @@
+package mounts
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// The walk's bound fails closed: with a budget of 30 entries, a directory
+// of 50 world-readable files is masked whole, unread, with a warning,
+// while a small world-readable directory beside it stays visible and a
+// root-only file is masked. A tmpfs the plan places through a symlink
+// (a home at /root -> /var/roothome) is the sandbox's own and stays
+// writable. Run in a child process with a mount namespace of its own
+// (Setup pivots into the view). Seen failing (the 50 files visible, no
+// warning) with the budget check in list removed, and (the home tmpfs
+// masked read-only) without resolveKeep.
+func TestPrivateWalkBound(t *testing.T) {
+	if dir := os.Getenv("MOUNTS_TEST_WALK_TREE"); dir != "" {
+		walkBoundChild(dir)
+		return
+	}
+	if os.Getuid() != 0 {
+		t.Skip("needs root: the child makes a mount namespace and masks root-only files")
+	}
+	tree, err := os.MkdirTemp("/var/tmp", "mounts-walk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tree)
+	if err := os.Chmod(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"big", "small"} {
+		if err := os.Mkdir(filepath.Join(tree, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 50; i++ {
+		if err := os.WriteFile(filepath.Join(tree, "big", fmt.Sprint("pub-", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tree, "small", "visible.txt"), []byte("VISIBLE"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "secret"), []byte("SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(tree, "realhome"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("realhome", filepath.Join(tree, "linkhome")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPrivateWalkBound$")
+	cmd.Env = append(os.Environ(), "MOUNTS_TEST_WALK_TREE="+tree)
+	cmd.SysProcAttr = &unix.SysProcAttr{Unshareflags: unix.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	got := string(out)
+	for _, want := range []string{"big: 0 entries", "small: VISIBLE", "secret: ", "home write: <nil>", "warning: the walk for files only root may read stopped at its bound"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("want %q in the child's report:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "SECRET") {
+		t.Errorf("the root-only file read:\n%s", got)
+	}
+}
+
+func walkBoundChild(tree string) {
+	PrivateWalkBudget = 30
+	warnings, err := Setup([]Op{{Kind: RootRO, Dst: "/"}, {Kind: Tmpfs, Dst: tree + "/linkhome", Mode: 0o700}, {Kind: HidePrivate, Dst: tree}})
+	if err != nil {
+		fmt.Println("setup:", err)
+		os.Exit(1)
+	}
+	for _, w := range warnings {
+		fmt.Println("warning:", w)
+	}
+	ents, _ := os.ReadDir(tree + "/big")
+	fmt.Printf("big: %d entries\n", len(ents))
+	b, _ := os.ReadFile(tree + "/small/visible.txt")
+	fmt.Printf("small: %s\n", b)
+	b, _ = os.ReadFile(tree + "/secret")
+	fmt.Printf("secret: %s\n", b)
+	fmt.Printf("home write: %v\n", os.WriteFile(tree+"/linkhome/x", []byte("x"), 0o600))
+	os.Exit(0)
+}
