@@ -323,9 +323,9 @@ func (st *Stack) check(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verd
 	v := st.policyCheck(proto, dst)
 	switch {
 	case st.names == nil || !v.Allowed:
-	case v.Rule == netpolicy.RuleInternet:
+	case v.Kind == netpolicy.KindInternet:
 		return netpolicy.Verdict{Rule: "not on the domain allowlist (an address, not a name: allow it with --allow-ip)"}
-	case strings.HasSuffix(v.Rule, "allow-cidr "+st.names.cfg.Pool4.String()):
+	case v.Kind == netpolicy.KindAllow && v.Entry == st.names.cfg.Pool4:
 		// The pool's NAT64 forms, which its allow-cidr entry (the jail's
 		// punch) opens too: they lead to no name.
 		return netpolicy.Verdict{Rule: "synthetic address pool in another form (NAT64)"}
