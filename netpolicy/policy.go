@@ -156,6 +156,7 @@ type Policy struct {
 
 // ruleset is one immutable generation of a Policy's rules.
 type ruleset struct {
+	gen uint64 // unique among the rule sets built (Policy.Generation)
 	// rules sorted by prefix length, longest first; allow before block on
 	// equal length. The first match decides.
 	rules []rule
@@ -164,6 +165,17 @@ type ruleset struct {
 }
 
 func (p *Policy) load() *ruleset { return p.cur.Load() }
+
+// generations numbers the rule sets built, from 1.
+var generations atomic.Uint64
+
+// Generation identifies the rule set in force: it changes with every
+// [Policy.Set] of a policy built apart ([New], [FailClosed]), and two
+// policies sharing a rule set (one Set from the other) have the same. A
+// verdict got under one generation stands until it changes: a caller
+// that keeps a decision (a UDP mapping's peers) keeps its generation and
+// decides again when it differs.
+func (p *Policy) Generation() uint64 { return p.load().gen }
 
 // Set replaces p's rules with next's, atomically: flows checked from now
 // on get next's verdicts. Later changes to next do not reach p.
@@ -177,7 +189,7 @@ func FailClosed(reason string) *Policy {
 	rs := &ruleset{rules: []rule{
 		{prefix: all4, act: actBlock, reason: reason, entry: all4},
 		{prefix: all6, act: actBlock, reason: reason, entry: all6},
-	}}
+	}, gen: generations.Add(1)}
 	p := &Policy{}
 	p.cur.Store(rs)
 	return p
@@ -319,6 +331,7 @@ hostRoutes:
 		return compareBool(b.act == actAllow, a.act == actAllow)
 	})
 	p.nat64 = nil // only needed while building
+	p.gen = generations.Add(1)
 	pol := &Policy{}
 	pol.cur.Store(p)
 	return pol, nil
