@@ -840,6 +840,11 @@ func TestNamesUDPCachedTargetRechecked(t *testing.T) {
 	src := netip.AddrPortFrom(jail4, 45100)
 	d := sendUntilDial(t, h, src, dst, []byte("ping"))
 	defer d.peer.Close()
+	// The A answer sufficed for that dial; the refusal below also needs
+	// the AAAA one (the other family is tried when the first has nothing
+	// allowed), which the prefetch may still be asking for: a datagram
+	// meanwhile is dropped, not refused. This query waits for it.
+	h.query(t, "api.test.", dnsmessage.TypeAAAA)
 	h.st.SetPolicy(netpolicy.MustNew(netpolicy.Config{
 		Allow:            []netip.Prefix{netip.MustParsePrefix("192.168.1.50/32")},
 		ConnectedSubnets: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")},
