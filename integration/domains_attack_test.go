@@ -152,6 +152,9 @@ echo "late-sni-ok|$($P late api.test:443 600ms api.test)"
 echo "pause-host|$($P pause api.test:80 600ms other.test)"
 echo "pause-host-ok|$($P pause api.test:80 600ms api.test)"
 echo "crlf-host|$($P raw api.test:80 '\r\n\r\nGET / HTTP/1.1\r\nHost: other.test\r\n\r\n')"
+echo "two-space-host|$($P raw api.test:80 'GET  / HTTP/1.1\r\nHost: other.test\r\n\r\n')"
+echo "tab-host|$($P raw api.test:80 'GET\t/\tHTTP/1.1\r\nHost: other.test\r\n\r\n')"
+echo "lower-version-host|$($P raw api.test:80 'get / http/1.1\r\nHost: other.test\r\n\r\n')"
 echo "h2c|$($P raw api.test:80 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n')"
 echo "server-first|$($P serverfirst api.test:2222)"
 echo "ping-internet|$(` + plain + ` ping ` + labInternet + `)"
@@ -204,6 +207,9 @@ echo "gw-tcp-80|$(` + plain + ` tcp ` + labGateway + `:80)"
 		expect("pause-host", reset, "a reset")
 		expect("pause-host-ok", func(s string) bool { return strings.HasPrefix(s, "echo:") }, "echoed (control)")
 		expect("crlf-host", reset, "a reset")
+		expect("two-space-host", reset, "a reset (a request line in another spelling is refused, not relayed as raw TCP)")
+		expect("tab-host", reset, "a reset")
+		expect("lower-version-host", reset, "a reset")
 		expect("h2c", reset, "a reset")
 		expect("server-first", is("banner:SSH-2.0-lab echo:SSH-2.0-domainprobe"), "the banner, then the client's line echoed (control: watched, not refused)")
 		expect("ping-internet", func(s string) bool { return s != "ok" }, "a refusal")
@@ -251,7 +257,7 @@ echo "gw-tcp-80|$(` + plain + ` tcp ` + labGateway + `:80)"
 
 		b, err := os.ReadFile(logf)
 		must(t, err)
-		for _, rule := range []string{"sni mismatch: other.test", "http host mismatch: other.test", "cleartext HTTP/2"} {
+		for _, rule := range []string{"sni mismatch: other.test", "http host mismatch: other.test", "cleartext HTTP/2", "malformed HTTP first message"} {
 			found := false
 			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 				var rec netpolicy.Block

@@ -33,6 +33,9 @@ type namesLab struct {
 	mu    sync.Mutex
 	asked []string
 	names map[string]string // lower-case name with the dot -> IPv4 (an A record) or IPv6 (AAAA)
+	// dropAAAA: names whose AAAA queries get no answer at all (a
+	// resolver or authority that drops them: the query times out).
+	dropAAAA map[string]bool
 }
 
 func (d *namesLab) log() []string {
@@ -55,7 +58,11 @@ func (d *namesLab) answer(q []byte) ([]byte, error) {
 	d.mu.Lock()
 	d.asked = append(d.asked, name)
 	a, known := d.names[name]
+	drop := d.dropAAAA[name] && qs[0].Type == dnsmessage.TypeAAAA
 	d.mu.Unlock()
+	if drop {
+		return nil, errors.New("dropped")
+	}
 	hdr := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true}
 	if !known {
 		hdr.RCode = dnsmessage.RCodeNameError
@@ -157,13 +164,15 @@ func TestJailDomainAllowlist(t *testing.T) {
 		ip(t, "-n", l.world, "addr", "add", internal+"/32", "dev", "lo")
 		d := &namesLab{names: map[string]string{
 			"api.test.": labInternet, "other.test.": labInternet, "evil.test.": labInternet, "internal.test.": internal,
-		}}
+			"no-aaaa.test.": labInternet,
+		}, dropAAAA: map[string]bool{"no-aaaa.test.": true}}
 		l.serveNames(l.world, labDNS+":53", d)
 		cert, certPEM := selfSigned(t, "api.test", "other.test")
 		l.serveHTTPS(l.world, labInternet+":443", cert)
 		l.echoTCP(l.world, labInternet+":7000")
 		l.echoUDP(l.world, labInternet+":7001")
 		l.echoUDP(l.world, labInternet+":443")
+		l.echoUDP(l.world, labInternet+":5000")
 		l.echoTCP(l.world, internal+":80")
 
 		dir, err := os.MkdirTemp("/tmp", "claude-sandbox-domains-")
@@ -186,6 +195,8 @@ echo "mismatch:$(curl -sS --max-time 10 --cacert /tmp/lab/ca.pem --resolve other
 echo "same-address:$(curl -sS --max-time 10 --cacert /tmp/lab/ca.pem --resolve api.test:443:$A https://api.test/ 2>&1)"
 echo "internal:$($P tcp internal.test:80)"
 echo "quic:$($P udp api.test:443)"
+echo "udp-5000:$($P udp api.test:5000)"
+echo "udp-no-aaaa:$($P udp no-aaaa.test:5000)"
 `
 		must(t, os.WriteFile(filepath.Join(dir, "check.sh"), []byte(script), 0o755))
 
@@ -203,7 +214,7 @@ echo "quic:$($P udp api.test:443)"
 		}
 
 		logf := filepath.Join(dir, "blocked.jsonl")
-		r := testutil.Run(t, l.jailCmd(uid, bin, "run", "--allow-domain", "api.test", "--allow-domain", "internal.test",
+		r := testutil.Run(t, l.jailCmd(uid, bin, "run", "--allow-domain", "api.test", "--allow-domain", "internal.test", "--allow-domain", "no-aaaa.test",
 			"--log-blocked", logf, "--ro-bind", dir, "/tmp/lab", "--", "sh", "/tmp/lab/check.sh"))
 		got := map[string]string{}
 		for _, line := range strings.Split(r.Stdout, "\n") {
@@ -231,6 +242,8 @@ echo "quic:$($P udp api.test:443)"
 		check("same-address", got["same-address"] == "hello-https api.test", "hello-https api.test (control for mismatch)")
 		check("internal", got["internal"] != "ok" && strings.HasPrefix(got["internal"], "err:"), "a refusal")
 		check("quic", got["quic"] == "err:ECONNREFUSED", "err:ECONNREFUSED (ICMP port unreachable)")
+		check("udp-5000", got["udp-5000"] == "ok", "ok (UDP to an allowed name on another port than 443 is relayed)")
+		check("udp-no-aaaa", got["udp-no-aaaa"] == "ok", "ok (relayed over the A answer while the AAAA query times out)")
 
 		// The lab's DNS server: asked for the allowed names, never for
 		// evil.test (nor other.test, which the sandbox never resolved).

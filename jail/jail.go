@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/jaillayers"
 	"github.com/claude-sandbox/claude-sandbox/jail/netchild"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/routes"
@@ -26,9 +27,6 @@ type Options struct {
 	// Summary, when set, receives a one-line summary of the blocks when
 	// the jail closes ("3 connections blocked: tcp 10.1.2.3:22 (...)").
 	Summary io.Writer
-	// Policy, when set, replaces the userstack's policy (the routes keep
-	// Setup's). Only tests use it, to prove the routes block alone.
-	Policy *netpolicy.Policy
 	// Dialer opens the host-side sockets; nil: the userstack's own. Its
 	// conns must have descriptors (see userstack.Dialer).
 	Dialer userstack.Dialer
@@ -38,10 +36,6 @@ type Options struct {
 	// OnChange, when set, is told of each change of the blocked set while
 	// the sandbox runs (the block log gets them too).
 	OnChange func(netpolicy.Change)
-	// RoutePlan, when set, rewrites every route plan the live policy
-	// sends to the kernel layer. Only tests use it, to keep a layer taken
-	// away while the policy follows the host.
-	RoutePlan func(routes.Plan) routes.Plan
 	// OnBlock, when set, is called with every block as it is recorded,
 	// from the stack's block-delivery goroutine (the sink's refusals
 	// take the stack's bounded, rate-limited queue too): it must return
@@ -78,6 +72,14 @@ type Options struct {
 type Jail struct {
 	setup *Setup
 	opts  Options
+	// Test seams (internal/jaillayers, read once by New; nil in the
+	// shipped binary): stackPolicy rewrites each rule set the userstack
+	// gets, which then has a policy of its own (stackPol) following
+	// setup.Policy through it; routePlan rewrites each route plan the
+	// live policy applies.
+	stackPolicy func(*netpolicy.Policy) *netpolicy.Policy
+	routePlan   func(routes.Plan) routes.Plan
+	stackPol    *netpolicy.Policy
 
 	mu     sync.Mutex
 	stack  *userstack.Stack
@@ -114,6 +116,13 @@ type Jail struct {
 // New returns a Jail for setup; nothing runs until Attach.
 func New(setup *Setup, opts Options) *Jail {
 	j := &Jail{setup: setup, opts: opts, failed: make(chan error, 1), deps: setup.deps, readHost: discoverNetwork}
+	l := jaillayers.Get()
+	j.stackPolicy, j.routePlan = l.StackPolicy, l.RoutePlan
+	j.stackPol = setup.Policy
+	if j.stackPolicy != nil {
+		j.stackPol = &netpolicy.Policy{}
+		j.stackPol.Set(j.stackPolicy(setup.Policy))
+	}
 	j.n64 = &nat64Finder{lookup: lookupNAT64, found: j.useNAT64, timeout: nat64Timeout}
 	if opts.Log != nil {
 		j.log = netpolicy.NewJSONLWriter(opts.Log)
@@ -176,12 +185,8 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 	ep := userstack.NewTUN(devs[0], uint32(routes.DefaultMTU), netchild.VnetHdrLen, func(err error) {
 		j.fail(fmt.Errorf("TUN device: %w", err))
 	})
-	pol := j.setup.Policy
-	if j.opts.Policy != nil {
-		pol = j.opts.Policy
-	}
 	st, err := userstack.New(ep, userstack.Config{
-		Policy:     pol,
+		Policy:     j.stackPol,
 		Dialer:     j.opts.Dialer,
 		Gateways:   []netipAddr{j.setup.Gateway},
 		VirtualDNS: []netipAddr{j.setup.Gateway},

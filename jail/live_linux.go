@@ -219,9 +219,9 @@ func (j *Jail) refresh(reasons []string, change *hostChange) {
 	}
 	// The userstack (and the sink's records) first: an atomic swap, in
 	// force for the next flow. Then the kernel layer, through the holder.
-	j.setup.Policy.Set(pol)
-	if j.opts.RoutePlan != nil {
-		rp = j.opts.RoutePlan(rp)
+	j.setPolicy(pol)
+	if j.routePlan != nil {
+		rp = j.routePlan(rp)
 	}
 	if err := j.apply(rp); err != nil {
 		if j.closed.Load() {
@@ -280,6 +280,15 @@ func (j *Jail) FailClosed(cause error) { j.failClosed(cause) }
 
 func (j *Jail) isFailed() bool { return j.failedClosed.Load() }
 
+// setPolicy puts pol's rules in force for the sink's records and the
+// userstack (through the stackPolicy seam, when a test set one).
+func (j *Jail) setPolicy(pol *netpolicy.Policy) {
+	j.setup.Policy.Set(pol)
+	if j.stackPolicy != nil {
+		j.stackPol.Set(j.stackPolicy(pol))
+	}
+}
+
 // failClosed refuses every new flow from now on, in both layers (the
 // kernel's as far as the holder still answers), and says why.
 func (j *Jail) failClosed(cause error) {
@@ -296,7 +305,7 @@ func (j *Jail) failClosedLocked(cause error) {
 		return
 	}
 	msg := fmt.Sprintf("egress jail: %v; the jail can no longer follow the host's network, so every new connection is refused from now on (the sandbox keeps running; restart it to restore its network)", cause)
-	j.setup.Policy.Set(netpolicy.FailClosed("fail-closed: " + cause.Error()))
+	j.setPolicy(netpolicy.FailClosed("fail-closed: " + cause.Error()))
 	j.mu.Lock()
 	attached, last := j.ns != nil, j.lastPlan
 	j.mu.Unlock()

@@ -57,11 +57,37 @@ const DNSPort = 53
 // Verdict is the answer of [Policy.Check].
 type Verdict struct {
 	Allowed bool
-	// Rule says which rule decided, for logs and error messages, e.g.
+	// Rule says which rule decided, for logs and error messages only, e.g.
 	// "private range 10.0.0.0/8", "allow-ip 10.1.2.3", "dns resolver
-	// 10.0.0.2:53" or "internet".
+	// 10.0.0.2:53" or "internet". Code decides on Kind and Entry, never
+	// on this text.
 	Rule string
+	// Kind is what kind of rule decided.
+	Kind VerdictKind
+	// Entry is the prefix of the entry or built-in range that decided
+	// (KindAllow, KindBlock): as configured, so for the IPv4-mapped and
+	// NAT64 forms of an IPv4 entry it is the IPv4 prefix. Zero for the
+	// other kinds.
+	Entry netip.Prefix
 }
+
+// VerdictKind is what kind of rule decided a [Verdict].
+type VerdictKind uint8
+
+const (
+	// KindRefused (the zero value): refused by no rule of the policy:
+	// an invalid destination, or a verdict a caller made of its own.
+	KindRefused VerdictKind = iota
+	// KindBlock: a block rule (a built-in range, a connected subnet, a
+	// host route, the fail-closed policy).
+	KindBlock
+	// KindAllow: an allow entry (allow-ip, allow-cidr).
+	KindAllow
+	// KindDNS: a DNS resolver's punch on port 53.
+	KindDNS
+	// KindInternet: no rule names the destination (Rule is RuleInternet).
+	KindInternet
+)
 
 // RouteKind is what the kernel layer does with a prefix.
 type RouteKind uint8
@@ -140,6 +166,7 @@ type Policy struct {
 
 // ruleset is one immutable generation of a Policy's rules.
 type ruleset struct {
+	gen uint64 // unique among the rule sets built (Policy.Generation)
 	// rules sorted by prefix length, longest first; allow before block on
 	// equal length. The first match decides.
 	rules []rule
@@ -149,6 +176,17 @@ type ruleset struct {
 
 func (p *Policy) load() *ruleset { return p.cur.Load() }
 
+// generations numbers the rule sets built, from 1.
+var generations atomic.Uint64
+
+// Generation identifies the rule set in force: it changes with every
+// [Policy.Set] of a policy built apart ([New], [FailClosed]), and two
+// policies sharing a rule set (one Set from the other) have the same. A
+// verdict got under one generation stands until it changes: a caller
+// that keeps a decision (a UDP mapping's peers) keeps its generation and
+// decides again when it differs.
+func (p *Policy) Generation() uint64 { return p.load().gen }
+
 // Set replaces p's rules with next's, atomically: flows checked from now
 // on get next's verdicts. Later changes to next do not reach p.
 func (p *Policy) Set(next *Policy) { p.cur.Store(next.load()) }
@@ -157,10 +195,11 @@ func (p *Policy) Set(next *Policy) { p.cur.Store(next.load()) }
 // given reason (DNS included): what the jail switches to when it can no
 // longer tell what is internal.
 func FailClosed(reason string) *Policy {
+	all4, all6 := netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")
 	rs := &ruleset{rules: []rule{
-		{prefix: netip.MustParsePrefix("0.0.0.0/0"), act: actBlock, reason: reason},
-		{prefix: netip.MustParsePrefix("::/0"), act: actBlock, reason: reason},
-	}}
+		{prefix: all4, act: actBlock, reason: reason, entry: all4},
+		{prefix: all6, act: actBlock, reason: reason, entry: all6},
+	}, gen: generations.Add(1)}
 	p := &Policy{}
 	p.cur.Store(rs)
 	return p
@@ -177,6 +216,7 @@ type rule struct {
 	prefix netip.Prefix
 	act    action
 	reason string
+	entry  netip.Prefix // the configured prefix prefix is a form of (Verdict.Entry)
 }
 
 type builtin struct {
@@ -319,6 +359,7 @@ hostRoutes:
 		return compareBool(b.act == actAllow, a.act == actAllow)
 	})
 	p.nat64 = nil // only needed while building
+	p.gen = generations.Add(1)
 	pol := &Policy{}
 	pol.cur.Store(p)
 	return pol, nil
@@ -369,12 +410,17 @@ func allowReason(p netip.Prefix) string {
 
 // add appends a rule unless an identical (prefix, action) rule exists.
 func (p *ruleset) add(pfx netip.Prefix, act action, reason string) {
+	p.addForm(pfx, pfx, act, reason)
+}
+
+// addForm is add for a form of the configured prefix entry.
+func (p *ruleset) addForm(pfx, entry netip.Prefix, act action, reason string) {
 	for _, r := range p.rules {
 		if r.prefix == pfx && r.act == act {
 			return
 		}
 	}
-	p.rules = append(p.rules, rule{prefix: pfx, act: act, reason: reason})
+	p.rules = append(p.rules, rule{prefix: pfx, act: act, reason: reason, entry: entry})
 }
 
 // addV4 adds pfx and, when it is IPv4, its IPv4-mapped and NAT64
@@ -394,11 +440,11 @@ func (p *ruleset) addV4(pfx netip.Prefix, act action, reason string) {
 		if base == nat64Prefix {
 			kind = "nat64"
 		}
-		p.add(form, act, kind+" "+reason)
+		p.addForm(form, pfx, act, kind+" "+reason)
 	}
 	for _, n := range p.nat64 {
 		for _, form := range embedV4(n, pfx) {
-			p.add(form, act, "nat64 prefix "+n.String()+": "+reason)
+			p.addForm(form, pfx, act, "nat64 prefix "+n.String()+": "+reason)
 		}
 	}
 }
@@ -420,14 +466,17 @@ func (p *Policy) Check(proto Proto, dst netip.AddrPort) Verdict {
 	}
 	rs := p.load()
 	if dst.Port() == DNSPort && (proto == ProtoTCP || proto == ProtoUDP) && slices.Contains(rs.dns, addr) {
-		return Verdict{Allowed: true, Rule: "dns resolver " + netip.AddrPortFrom(addr, DNSPort).String()}
+		return Verdict{Allowed: true, Rule: "dns resolver " + netip.AddrPortFrom(addr, DNSPort).String(), Kind: KindDNS}
 	}
 	for _, r := range rs.rules {
 		if r.prefix.Contains(addr) {
-			return Verdict{Allowed: r.act == actAllow, Rule: r.reason}
+			if r.act == actAllow {
+				return Verdict{Allowed: true, Rule: r.reason, Kind: KindAllow, Entry: r.entry}
+			}
+			return Verdict{Rule: r.reason, Kind: KindBlock, Entry: r.entry}
 		}
 	}
-	return Verdict{Allowed: true, Rule: RuleInternet}
+	return Verdict{Allowed: true, Rule: RuleInternet, Kind: KindInternet}
 }
 
 // RuleInternet is the rule of a destination no rule names: the open

@@ -302,3 +302,49 @@ func TestStrings(t *testing.T) {
 		t.Error("UnmarshalText(sctp) succeeded")
 	}
 }
+
+// A verdict says in types what decided it: code decides on Kind and Entry,
+// never on Rule's text. The IPv4-mapped and NAT64 forms of an IPv4 entry
+// name the entry itself.
+func TestVerdictKind(t *testing.T) {
+	pool := netip.MustParsePrefix("198.18.0.0/15")
+	p := MustNew(Config{
+		Allow:        []netip.Prefix{pool, netip.MustParsePrefix("203.0.113.9/32")},
+		HostRoutes:   []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")},
+		DNSResolvers: []netip.Addr{netip.MustParseAddr("10.0.0.2")},
+		NAT64:        []netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96")},
+	})
+	for _, tt := range []struct {
+		dst   string
+		kind  VerdictKind
+		entry string
+	}{
+		{"198.18.0.1:443", KindAllow, "198.18.0.0/15"},
+		{"[64:ff9b::198.18.0.1]:443", KindAllow, "198.18.0.0/15"},
+		{"[2001:db8:64::198.18.0.1]:443", KindAllow, "198.18.0.0/15"},
+		{"[::ffff:198.18.0.1]:443", KindAllow, "198.18.0.0/15"},
+		{"203.0.113.9:22", KindAllow, "203.0.113.9/32"},
+		{"198.51.100.7:80", KindBlock, "198.51.100.0/24"},
+		{"[64:ff9b::10.1.2.3]:80", KindBlock, "10.0.0.0/8"},
+		{"[fd00::1]:80", KindBlock, "fc00::/7"},
+		{"10.0.0.2:53", KindDNS, ""},
+		{"10.0.0.2:54", KindBlock, "10.0.0.0/8"},
+		{"192.0.2.200:443", KindInternet, ""},
+	} {
+		v := p.Check(ProtoTCP, ap(tt.dst))
+		var entry netip.Prefix
+		if tt.entry != "" {
+			entry = netip.MustParsePrefix(tt.entry)
+		}
+		if v.Kind != tt.kind || v.Entry != entry || v.Allowed != (tt.kind != KindBlock) {
+			t.Errorf("%s: %+v, want kind %d, entry %v", tt.dst, v, tt.kind, entry)
+		}
+	}
+	fc := FailClosed("fail-closed: test").Check(ProtoTCP, ap("192.0.2.200:443"))
+	if fc.Allowed || fc.Kind != KindBlock {
+		t.Errorf("fail-closed: %+v", fc)
+	}
+	if v := p.Check(ProtoTCP, netip.AddrPort{}); v.Allowed || v.Kind != KindRefused {
+		t.Errorf("invalid destination: %+v", v)
+	}
+}

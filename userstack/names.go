@@ -133,9 +133,23 @@ type cacheKey struct {
 type cacheEntry struct {
 	addrs   []netip.Addr
 	rcode   dnsmessage.RCode
+	err     error // the lookup failed (no answer from upstream): cached for dnsFailTTL
 	ttl     uint32
 	expires time.Time
 }
+
+// dnsTTLMin is the least time, in seconds, an upstream answer is cached:
+// an answer with TTL 0 would expire as it is written, and every datagram
+// of a UDP flow to the name (which waits for a fresh answer, never
+// upstream) would ask upstream again without ever being relayed.
+const dnsTTLMin = 5
+
+// dnsNegTTL is how long, in seconds, an answer without addresses
+// (NXDOMAIN, NODATA, SERVFAIL) or a failed lookup (a timeout, an
+// unreachable upstream) is cached: a name whose AAAA lookup times out is
+// not asked again for each datagram or query, and its A answer is used
+// meanwhile.
+const dnsNegTTL = 5
 
 // maxDNSInFlight bounds the sandbox's queries being resolved at once;
 // more are dropped (the resolver library retries).
@@ -324,9 +338,9 @@ func (st *Stack) check(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verd
 	v := st.policyCheck(proto, dst)
 	switch {
 	case st.names == nil || !v.Allowed:
-	case v.Rule == netpolicy.RuleInternet:
+	case v.Kind == netpolicy.KindInternet:
 		return netpolicy.Verdict{Rule: "not on the domain allowlist (an address, not a name: allow it with --allow-ip)"}
-	case strings.HasSuffix(v.Rule, "allow-cidr "+st.names.cfg.Pool4.String()):
+	case v.Kind == netpolicy.KindAllow && v.Entry == st.names.cfg.Pool4:
 		// The pool's NAT64 forms, which its allow-cidr entry (the jail's
 		// punch) opens too: they lead to no name.
 		return netpolicy.Verdict{Rule: "synthetic address pool in another form (NAT64)"}
@@ -458,8 +472,8 @@ func (n *names) cached(name string, t dnsmessage.Type) []netip.Addr {
 }
 
 // lookup resolves name's records of type t (A or AAAA) through the
-// upstream resolver, cached for their TTL (at most 5 minutes; a failure or
-// a negative answer for 5 seconds).
+// upstream resolver, cached for their TTL (at least dnsTTLMin, at most 5
+// minutes; a failure or a negative answer for dnsNegTTL).
 //
 // One lookup per name and type is under way at a time: a caller that
 // finds one waits for its result (or its own ctx) instead of asking
@@ -471,7 +485,7 @@ func (n *names) lookup(ctx context.Context, name string, t dnsmessage.Type) ([]n
 	n.mu.Lock()
 	if e, ok := n.cache[key]; ok && now.Before(e.expires) {
 		n.mu.Unlock()
-		return e.addrs, e.rcode, nil
+		return e.addrs, e.rcode, e.err
 	}
 	if c := n.lookups[key]; c != nil {
 		n.mu.Unlock()
@@ -496,12 +510,17 @@ func (n *names) lookup(ctx context.Context, name string, t dnsmessage.Type) ([]n
 // lookupUpstream asks upstream for key and caches what it answered.
 func (n *names) lookupUpstream(ctx context.Context, key cacheKey, now time.Time) ([]netip.Addr, dnsmessage.RCode, error) {
 	addrs, ttl, rcode, err := n.st.resolveUpstream(ctx, key.name, key.qtype)
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// The caller gave up (or the stack closes): not the upstream's
+		// answer, nothing to cache.
 		return nil, dnsmessage.RCodeServerFailure, err
-	}
-	ttl = min(ttl, 300)
-	if len(addrs) == 0 {
-		ttl = min(ttl, 5)
+	case err != nil:
+		addrs, ttl, rcode = nil, dnsNegTTL, dnsmessage.RCodeServerFailure
+	case len(addrs) == 0:
+		ttl = dnsNegTTL
+	default:
+		ttl = max(min(ttl, dnsTTLMax), dnsTTLMin)
 	}
 	n.mu.Lock()
 	if len(n.cache) >= 4096 {
@@ -511,9 +530,9 @@ func (n *names) lookupUpstream(ctx context.Context, key cacheKey, now time.Time)
 			}
 		}
 	}
-	n.cache[key] = cacheEntry{addrs: addrs, rcode: rcode, ttl: ttl, expires: now.Add(time.Duration(ttl) * time.Second)}
+	n.cache[key] = cacheEntry{addrs: addrs, rcode: rcode, err: err, ttl: ttl, expires: now.Add(time.Duration(ttl) * time.Second)}
 	n.mu.Unlock()
-	return addrs, rcode, nil
+	return addrs, rcode, err
 }
 
 // background looks name's records of types up on a worker, for a cache
@@ -600,6 +619,17 @@ func (n *names) udpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
 	return t.target, true
 }
 
+// cachedAllowed reports whether the cache holds, fresh, an address of
+// name's records of type t that the policy allows a UDP flow to on port.
+func (n *names) cachedAllowed(name string, t dnsmessage.Type, port uint16) bool {
+	for _, a := range n.cached(name, t) {
+		if !n.inPool(a) && n.st.policyCheck(netpolicy.ProtoUDP, netip.AddrPortFrom(a, port)).Allowed {
+			return true
+		}
+	}
+	return false
+}
+
 // udpAdmit decides a datagram to a new destination for the allowlist: a
 // name's synthetic address is decided by its name and port, then
 // translated from the resolver cache; when the cache has nothing fresh the
@@ -607,14 +637,17 @@ func (n *names) udpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
 // sender retries). refused: recorded, the sandbox gets ICMP port
 // unreachable. Destinations outside the pool are left to the policy. A
 // non-nil gate: the name's address is an IPv6 one waiting for the IPv6
-// gate (ready6.go), the datagram is held until it opens.
-func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool, gate <-chan struct{}) {
+// gate (ready6.go), the datagram is held until it opens. target: the
+// host-side destination admitted for a name, ready; the caller uses it,
+// not udpTarget again (which may have expired since: an allowed flow
+// refused with a wrong reason).
+func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool, gate <-chan struct{}, target netip.AddrPort) {
 	if !n.inPool(dst.Addr()) {
-		return true, false, nil
+		return true, false, nil, netip.AddrPort{}
 	}
 	nf, refused := n.admit(netpolicy.ProtoUDP, dst)
 	if refused || nf == nil {
-		return false, true, nil
+		return false, true, nil, netip.AddrPort{}
 	}
 	if t, ok := n.udpTarget(dst); ok {
 		// Cached for new mappings, but decided again: a live policy
@@ -623,26 +656,33 @@ func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool, gate <-chan s
 		// dropped and the name decided afresh below, which records the
 		// refusal by name.
 		if n.st.policyCheck(netpolicy.ProtoUDP, t).Allowed && n.st.ipv6Gate(t.Addr()) == nil {
-			return true, false, nil
+			return true, false, nil, t
 		}
 		n.mu.Lock()
 		delete(n.udp, dst)
 		n.mu.Unlock()
 	}
 	now := n.st.cfg.Now()
-	if !n.background(nf.name, dnsmessage.TypeA, dnsmessage.TypeAAAA) {
-		// Not both fresh in the cache: looked up on a worker. Every
-		// datagram of a flood comes here until the lookups end:
-		// background starts none while one for the name is under way.
-		return false, false, nil
+	// Only the family resolveTarget tries first must be fresh in the
+	// cache (the synthetic address's own); the other only when the first
+	// has no address the policy allows. Not fresh: looked up on a worker,
+	// the datagram dropped. Every datagram of a flood comes here until
+	// the lookup ends: background starts none while one for the name is
+	// under way, and a failed one is cached (dnsNegTTL) like an answer.
+	first, second := dnsmessage.TypeA, dnsmessage.TypeAAAA
+	if dst.Addr().Is6() && !dst.Addr().Is4In6() {
+		first, second = second, first
+	}
+	if !n.background(nf.name, first) || (!n.cachedAllowed(nf.name, first, dst.Port()) && !n.background(nf.name, second)) {
+		return false, false, nil, netip.AddrPort{}
 	}
 	// Fresh in the cache: resolveTarget takes it from there.
 	target, gate, ok := n.resolveTarget(n.st.ctx, netpolicy.ProtoUDP, dst, nf.name, false)
 	if gate != nil {
-		return false, false, gate
+		return false, false, gate, netip.AddrPort{}
 	}
 	if !ok {
-		return false, true, nil
+		return false, true, nil, netip.AddrPort{}
 	}
 	n.mu.Lock()
 	if len(n.udp) >= 4096 {
@@ -650,5 +690,5 @@ func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool, gate <-chan s
 	}
 	n.udp[dst] = udpTarget{target: target, expires: now.Add(time.Duration(max(n.cache[cacheKey{nf.name, dnsmessage.TypeA}].ttl, 30)) * time.Second)}
 	n.mu.Unlock()
-	return true, false, nil
+	return true, false, nil, target
 }

@@ -49,6 +49,13 @@ type udpPeer struct {
 	sent    bool           // the sandbox sent to it (it opens its address for replies, if not local)
 	local   bool           // the resolver behind a local address: exact replies only
 	denied  bool           // a reply source the policy refuses: dropped
+	// gen is the policy generation (netpolicy.Policy.Generation) the
+	// peer was decided under. A live policy update does not reach a
+	// mapping's traffic by itself (nothing new is decided: UDP has no
+	// connection to end, and a mapping in use lives for ever): a peer
+	// whose generation is not the policy's is decided again before a
+	// datagram goes to it or comes from it (currentLocked).
+	gen uint64
 }
 
 // udpFlow is one NAT mapping: the host socket that stands for one
@@ -115,7 +122,7 @@ func (f *udpFlow) send(dst, target netip.AddrPort, parts [][]byte) bool {
 		return false
 	}
 	p, ok := f.peers[target]
-	if !ok || p.denied || !p.sent || p.sandbox != dst {
+	if !ok || p.denied || !p.sent || p.sandbox != dst || !f.currentLocked(target, p) {
 		return false
 	}
 	f.lastDst = dst
@@ -153,8 +160,9 @@ func (f *udpFlow) send(dst, target netip.AddrPort, parts [][]byte) bool {
 }
 
 // admit lets the sandbox send to target (dst as it addressed it) through
-// the mapping; the caller has decided the destination.
-func (f *udpFlow) admit(dst, target netip.AddrPort, local bool) {
+// the mapping; the caller has decided the destination under the policy
+// generation gen.
+func (f *udpFlow) admit(dst, target netip.AddrPort, local bool, gen uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fd < 0 {
@@ -173,7 +181,7 @@ func (f *udpFlow) admit(dst, target netip.AddrPort, local bool) {
 	if had && old.sent && !old.local {
 		f.addrs[target.Addr()]--
 	}
-	f.peers[target] = udpPeer{sandbox: dst, sent: true, local: local}
+	f.peers[target] = udpPeer{sandbox: dst, sent: true, local: local, gen: gen}
 	if !local {
 		f.addrs[target.Addr()]++
 	}
@@ -190,10 +198,56 @@ func (f *udpFlow) forgetPeerLocked(k netip.AddrPort, p udpPeer) {
 	}
 }
 
+// currentLocked reports whether the peer k (p) still stands under the
+// policy in force: decided under its generation, or decided again now.
+// One the policy now refuses is forgotten: the sandbox's next datagram to
+// it is decided as a new destination (refused, recorded), and its replies
+// are dropped, as are those from other ports of its address unless the
+// sandbox sent to another of them. A reply source that was decided
+// (allowed or denied) is forgotten too, to be decided afresh. The
+// resolver and host ports behind local addresses are host configuration,
+// not policy. Called with mu.
+func (f *udpFlow) currentLocked(k netip.AddrPort, p udpPeer) bool {
+	st := f.st
+	gen := st.cfg.Policy.Generation()
+	if p.gen == gen || p.local {
+		return true
+	}
+	ok := false
+	switch {
+	case !p.sent:
+	case st.names != nil && st.names.inPool(p.sandbox.Addr()):
+		// A name's address: decided as udpAdmit decides its target.
+		ok = !st.names.inPool(k.Addr()) && st.policyCheck(netpolicy.ProtoUDP, k).Allowed
+	default:
+		ok = st.check(netpolicy.ProtoUDP, k).Allowed
+	}
+	if ok {
+		p.gen = gen
+		f.peers[k] = p
+		return true
+	}
+	f.forgetPeerLocked(k, p)
+	return false
+}
+
+// connectedCurrentLocked is currentLocked for a connected mapping's peer
+// (one, or another target of the same name since): false once none is
+// left. Called with mu.
+func (f *udpFlow) connectedCurrentLocked() bool {
+	ok := false
+	for k, p := range f.peers {
+		if p.sent && !p.denied && f.currentLocked(k, p) {
+			ok = true
+		}
+	}
+	return ok
+}
+
 // replySource decides a datagram from the host-side address from: the
 // address the sandbox sees it from, or false to drop it. Called with mu.
 func (f *udpFlow) replySourceLocked(from netip.AddrPort) (netip.AddrPort, bool) {
-	if p, ok := f.peers[from]; ok {
+	if p, ok := f.peers[from]; ok && f.currentLocked(from, p) {
 		return p.sandbox, !p.denied
 	}
 	if f.addrs[from.Addr()] <= 0 {
@@ -201,11 +255,12 @@ func (f *udpFlow) replySourceLocked(from netip.AddrPort) (netip.AddrPort, bool) 
 	}
 	// Another port of an address the sandbox sent to: the policy decides
 	// it as it would a datagram from the sandbox to it, once.
+	gen := f.st.cfg.Policy.Generation()
 	v := f.st.check(netpolicy.ProtoUDP, from)
 	if len(f.peers) >= maxUDPPeers || f.st.udpPeers.Load() >= maxUDPPeersTotal {
 		return from, v.Allowed // not remembered: decided again next time
 	}
-	f.peers[from] = udpPeer{sandbox: from, denied: !v.Allowed}
+	f.peers[from] = udpPeer{sandbox: from, denied: !v.Allowed, gen: gen}
 	f.st.udpPeers.Add(1)
 	if !v.Allowed {
 		f.st.cfg.Logf("userstack: udp reply from %s to %s dropped (%s)", from, f.key.src, v.Rule)
@@ -234,7 +289,7 @@ func (f *udpFlow) pollReady(events uint32) {
 	case f.fd < 0:
 	case f.connected:
 		n, err = rawRead(f.fd, buf[udpHeadroom:])
-		from, ok = f.key.dst, true // the destination as the sandbox addressed it
+		from, ok = f.key.dst, f.connectedCurrentLocked() // the destination as the sandbox addressed it
 	default:
 		st.udpFromLen = unix.SizeofSockaddrAny
 		var e syscall.Errno
@@ -299,13 +354,17 @@ func sockaddrAddrPort(rsa *unix.RawSockaddrAny) (netip.AddrPort, bool) {
 
 // udpRoute returns where a datagram from the sandbox to dst goes on the
 // host (the resolver for the virtual DNS address) and its mapping's key;
-// false for a local address that is not a DNS port (refused).
-func (st *Stack) udpRoute(key flowKey) (target netip.AddrPort, mk flowKey, local, ok bool) {
+// false for a local address that is not a DNS port (refused). named, if
+// valid, is the target udpAdmit just admitted for a name's address;
+// otherwise a name's is read from udpTarget.
+func (st *Stack) udpRoute(key flowKey, named netip.AddrPort) (target netip.AddrPort, mk flowKey, local, ok bool) {
 	target = key.dst
 	if st.names != nil && st.names.inPool(key.dst.Addr()) {
 		var ok bool
-		if target, ok = st.names.udpTarget(key.dst); !ok {
-			return netip.AddrPort{}, flowKey{}, false, false
+		if target, ok = named, named.IsValid(); !ok {
+			if target, ok = st.names.udpTarget(key.dst); !ok {
+				return netip.AddrPort{}, flowKey{}, false, false
+			}
 		}
 	} else if st.isLocal(key.dst.Addr()) {
 		up, has := st.upstream()
@@ -333,7 +392,7 @@ func (st *Stack) udpRoute(key flowKey) (target netip.AddrPort, mk flowKey, local
 // path then leaves the datagram to gVisor's path, handleUDP, which
 // decides the destination).
 func (st *Stack) udpInput(key flowKey, data [][]byte) bool {
-	target, mk, _, ok := st.udpRoute(key)
+	target, mk, _, ok := st.udpRoute(key, netip.AddrPort{})
 	if !ok {
 		return false
 	}
@@ -402,8 +461,12 @@ func (st *Stack) sendUDP(key flowKey, data [][]byte) bool {
 // non-nil gate means the destination is an allowed IPv6 one that waits
 // for the IPv6 gate (ready6.go): nothing was made, the datagram is held.
 func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struct{}, bool) {
+	gen := st.cfg.Policy.Generation() // before the decision: a change meanwhile is decided again
+	var named netip.AddrPort
 	if st.names != nil {
-		if ready, refused, gate := st.names.udpAdmit(key.dst); refused {
+		var ready, refused bool
+		var gate <-chan struct{}
+		if ready, refused, gate, named = st.names.udpAdmit(key.dst); refused {
 			return nil, netip.AddrPort{}, nil, false
 		} else if gate != nil {
 			return nil, netip.AddrPort{}, gate, true
@@ -411,7 +474,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 			return nil, netip.AddrPort{}, nil, true // resolving: dropped
 		}
 	}
-	target, mk, local, ok := st.udpRoute(key)
+	target, mk, local, ok := st.udpRoute(key, named)
 	switch {
 	case !ok:
 		st.block(netpolicy.ProtoUDP, key.dst, "local address, not a DNS port")
@@ -431,7 +494,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 	f := st.flows[mk]
 	st.mu.Unlock()
 	if f != nil {
-		f.admit(key.dst, target, local)
+		f.admit(key.dst, target, local, gen)
 		return f, target, nil, true
 	}
 	st.evict(st.makeRoom(1))
@@ -444,7 +507,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 	}
 	f = &udpFlow{st: st, key: mk, pollFD: pollFD{fd: fd}, connected: connected,
 		peers: map[netip.AddrPort]udpPeer{}, addrs: map[netip.Addr]int32{}}
-	f.admit(key.dst, target, local)
+	f.admit(key.dst, target, local, gen)
 	st.mu.Lock()
 	if st.closed {
 		st.mu.Unlock()
@@ -455,7 +518,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 		// Another datagram of the socket won the race: use its entry.
 		st.mu.Unlock()
 		f.close()
-		old.admit(key.dst, target, local)
+		old.admit(key.dst, target, local, gen)
 		return old, target, nil, true
 	}
 	// Room again: another flow may have come in while this one dialed.

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/jaillayers"
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
@@ -77,10 +78,10 @@ func main() {
 		switch *layer {
 		case "both":
 		case "routes-only":
-			jo.Policy = allowAll(setup.Policy)
+			jaillayers.Set(jaillayers.Layers{StackPolicy: allowAll})
 		case "stack-only":
 			setup.Routes = withoutBlocks(setup.Routes)
-			jo.RoutePlan = withoutBlocks
+			jaillayers.Set(jaillayers.Layers{RoutePlan: withoutBlocks})
 		default:
 			fmt.Fprintln(os.Stderr, "embedrun: unknown -layer", *layer)
 			os.Exit(2)

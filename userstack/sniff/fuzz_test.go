@@ -100,6 +100,15 @@ func httpSeeds() []string {
 		"GET / HTTP/1.1\r\nX: y\nHost: b\r\n\r\n",
 		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
 		"\x16\x03\x01\x00\x05",
+		// Other spellings of a request line, each Malformed.
+		"GET  / HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"GET\t/\tHTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"get  / http/1.1\r\nHost: other.test\r\n\r\n",
+		" GET / HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"GET  http://other.test/ HTTP/1.0\r\nHost: a.test\r\n\r\n",
+		"GET /\r\n\r\n",
+		"GET / HTTP/2.0\r\nHost: other.test\r\n\r\n",
+		"SSH-2.0-OpenSSH_9.6 Ubuntu-3\r\n",
 	}
 }
 
@@ -137,6 +146,11 @@ func FuzzHTTPHost(f *testing.F) {
 		if res == Found {
 			if goHost, ok := goRequestHost(b); ok && !strings.EqualFold(goHost, host) {
 				t.Fatalf("net/http reads host %q, HTTPHost %q", goHost, host)
+			}
+		}
+		if res == NotThis && !bytes.HasPrefix(bytes.TrimLeft(b, "\r\n"), []byte(h2Preface)) {
+			if goHost, ok := goRequestHost(b); ok {
+				t.Fatalf("net/http reads a request for %q, HTTPHost says not HTTP", goHost)
 			}
 		}
 	})

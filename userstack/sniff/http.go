@@ -10,11 +10,16 @@ const MaxHTTPHeader = 16 << 10
 // HTTPHost reads the host a plain HTTP/1.x request names, from the first
 // bytes b of a TCP stream.
 //
-// NotThis as soon as the first line cannot be an HTTP/1.x request line
-// (method SP request-target SP "HTTP/1." digit CRLF); this includes HTTP/2
-// with prior knowledge ("PRI * HTTP/2.0") and HTTP/0.9. Otherwise it waits
-// for the whole header block, up to the empty line, and then returns Found
-// with the Host header's host: the port is stripped and an IPv6 literal's
+// The first line must be a strict HTTP/1.x request line (method SP
+// request-target SP "HTTP/1." digit CRLF). One that is not, but that a
+// lenient server may still take for a request in another spelling (runs
+// of spaces or tabs, a lower-case version, HTTP/0.9's missing version,
+// another version, a known method in any case: see looseRequestLine), is
+// Malformed. Only a line no server would read as a request is NotThis, and
+// HTTP/2 with prior knowledge ("PRI * HTTP/2.0" and the rest of its
+// preface), which the caller decides on. After a strict request line it
+// waits for the whole header block, up to the empty line, and then returns
+// Found with the Host header's host: the port is stripped and an IPv6 literal's
 // brackets removed, and otherwise it is as sent (the caller canonicalises
 // and validates it). It waits for the end of the headers even when the Host
 // line came early, so that a second Host header cannot follow the one it
@@ -57,6 +62,9 @@ func HTTPHost(b []byte) (host string, res Result) {
 
 func httpHost(b []byte) (host string, res Result) {
 	method, target, i, res := requestLine(b)
+	if res == NotThis {
+		res = looseRequestLine(b)
+	}
 	if res != Found {
 		return "", res
 	}
@@ -203,6 +211,63 @@ func requestLine(b []byte) (method, target []byte, next int, res Result) {
 		i++
 	}
 	return method, target, i, Found
+}
+
+// httpMethods are the request methods a first line is taken for a request
+// by whatever follows them, in any case (servers differ on case).
+var httpMethods = []string{
+	"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+	"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", "SEARCH",
+	"REPORT", "MKCALENDAR", "ACL", "PURGE", "QUERY",
+}
+
+// h2Preface opens an HTTP/2 connection with prior knowledge (RFC 9113
+// section 3.4): NotThis, for the caller to decide on.
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// looseRequestLine decides on a first line b that is not a strict request
+// line (requestLine said NotThis): Malformed when a lenient server may
+// still read it as a request, NotThis when none would, NeedMore until it
+// can tell. A line is taken for a request when its first word is a known
+// method in any case ("GET  /", "get\t/", "GET /" of HTTP/0.9), or when
+// it names an HTTP version anywhere ("x  / HTTP/1.1", " GET / http/1.1",
+// "GET / HTTP/2.0"). The line ends at a CR, an LF or another control
+// character; one that does not end within MaxHTTPHeader bytes is judged
+// on those bytes. HTTP/2's prior-knowledge preface alone stays NotThis.
+func looseRequestLine(b []byte) Result {
+	if n := min(len(b), len(h2Preface)); bytes.Equal(b[:n], []byte(h2Preface[:n])) {
+		if n == len(h2Preface) {
+			return NotThis
+		}
+		return NeedMore
+	}
+	if c := b[0]; !isTchar(c) && c != ' ' && c != '\t' {
+		return NotThis // binary: no server reads a request line here
+	}
+	w := 0
+	for w < len(b) && isTchar(b[w]) {
+		w++
+	}
+	if w < len(b) {
+		for _, m := range httpMethods {
+			if bytes.EqualFold(b[:w], []byte(m)) {
+				return Malformed
+			}
+		}
+	}
+	const version = "http/"
+	for j, c := range b {
+		if c == '\r' || c == '\n' || (c < 0x20 && c != '\t') || c == 0x7f {
+			return NotThis
+		}
+		if j+len(version) <= len(b) && bytes.EqualFold(b[j:j+len(version)], []byte(version)) {
+			return Malformed
+		}
+	}
+	if len(b) >= MaxHTTPHeader {
+		return NotThis
+	}
+	return NeedMore
 }
 
 // splitHostPort splits a Host value or an authority into its host, without

@@ -62,16 +62,42 @@ func TestHTTPHost(t *testing.T) {
 		{"partial version", "GET / HTT", "", NeedMore},
 		{"empty", "", "", NeedMore},
 		{"http2 prior knowledge", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "", NotThis},
-		{"http/0.9", "GET /\r\n", "", NotThis},
+		{"http/0.9", "GET /\r\n", "", Malformed},
+		{"http/0.9 lower case", "get /\r\n", "", Malformed},
 		{"tls", "\x16\x03\x01\x02\x00\x01", "", NotThis},
 		{"ssh", "SSH-2.0-OpenSSH_9.6 Ubuntu-3\r\n", "", NotThis},
-		{"lower-case version", "GET / http/1.1\r\nHost: a.test\r\n\r\n", "", NotThis},
-		{"two spaces", "GET  / HTTP/1.1\r\n", "", NotThis},
-		{"leading space", " GET / HTTP/1.1\r\n", "", NotThis},
+		{"ssh with a tab", "SSH-2.0-x\tcomment\r\n", "", NotThis},
+		{"lower-case version", "GET / http/1.1\r\nHost: a.test\r\n\r\n", "", Malformed},
+		{"two spaces", "GET  / HTTP/1.1\r\nHost: other.test\r\n\r\n", "", Malformed},
+		{"two spaces, line only", "GET  / HTTP/1.1\r\n", "", Malformed},
+		{"two spaces, method only", "GET  ", "", Malformed},
+		{"two spaces before version", "GET /  HTTP/1.1\r\nHost: other.test\r\n\r\n", "", Malformed},
+		{"space before crlf", "GET / HTTP/1.1 \r\nHost: other.test\r\n\r\n", "", Malformed},
+		{"unknown method, two spaces", "FOO  / HTTP/1.1\r\nHost: other.test\r\n\r\n", "", Malformed},
+		{"unknown method, waits for the version", "FOO  / HT", "", NeedMore},
+		{"leading space", " GET / HTTP/1.1\r\n", "", Malformed},
+		{"leading tab", "\tGET / HTTP/1.1\r\n", "", Malformed},
 		{"leading crlf", "\r\nGET / HTTP/1.1\r\n", "", NeedMore}, // nginx skips the empty line
-		{"tab separator", "GET\t/ HTTP/1.1\r\n", "", NotThis},
-		{"http/2.0 version", "GET / HTTP/2.0\r\n", "", NotThis},
+		{"leading crlf, two spaces", "\r\nGET  / HTTP/1.1\r\n", "", Malformed},
+		{"tab separator", "GET\t/ HTTP/1.1\r\n", "", Malformed},
+		{"tabs everywhere", "GET\t/\tHTTP/1.1\r\nHost: other.test\r\n\r\n", "", Malformed},
+		{"lower-case method, two spaces", "get  / HTTP/1.1\r\n", "", Malformed},
+		{"lower-case method", "get / HTTP/1.1\r\nHost: a.test\r\n\r\n", "a.test", Found},
+		{"no version", "GET / \r\nHost: other.test\r\n\r\n", "", Malformed},
+		{"no target", "GET HTTP/1.1\r\nHost: other.test\r\n\r\n", "", Malformed},
+		{"absolute form, two spaces", "GET  http://other.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", "", Malformed},
+		{"absolute form, upper-case scheme", "GET HTTP://other.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", "", Malformed},
+		{"http/1.0, two spaces", "GET  / HTTP/1.0\r\nHost: other.test\r\n\r\n", "", Malformed},
+		{"http/2.0 version", "GET / HTTP/2.0\r\n", "", Malformed},
+		{"http/1 version", "GET / HTTP/1\r\n", "", Malformed},
+		{"bare lf after two spaces", "GET  / HTTP/1.1\nHost: other.test\n\n", "", Malformed},
 		{"smtp-like", "EHLO mail.test\r\n", "", NotThis},
+		{"redis inline", "SET key value\r\n", "", NotThis},
+		{"text, then binary", "HELLO x\x00HTTP/1.1", "", NotThis},
+		{"text without an end", "HELLO x", "", NeedMore},
+		{"binary", "\x00\x01GET  / HTTP/1.1\r\n", "", NotThis},
+		{"h2 preface begun", "PRI * HTTP/2.0\r\n", "", NeedMore},
+		{"h2 preface, then other bytes", "PRI * HTTP/2.0\r\nHost: other.test\r\n\r\n", "", Malformed},
 	} {
 		host, res := HTTPHost([]byte(tt.in))
 		if host != tt.want || res != tt.res {
@@ -83,6 +109,8 @@ func TestHTTPHost(t *testing.T) {
 			t.Errorf("%s: net/http reads host %q, HTTPHost %q", tt.name, goHost, host)
 		case res == Malformed && parsed:
 			t.Logf("%s: Malformed here, net/http reads host %q", tt.name, goHost)
+		case res == NotThis && parsed && !strings.HasPrefix(tt.in, h2Preface):
+			t.Errorf("%s: NotThis here, net/http reads a request for %q", tt.name, goHost)
 		}
 	}
 }
