@@ -84,13 +84,12 @@ for arch in "${arches[@]}"; do
 done
 
 if [ -n "$packages" ]; then
-  case $version in
-  v[0-9]* | [0-9]*)
+  if [[ $version =~ ^v?[0-9]+\.[0-9]+ ]]; then
     pkgver=${version#v}
     case $pkgver in *-*) pkgver="${pkgver%%-*}+$(printf %s "${pkgver#*-}" | tr -- - .)" ;; esac
-    ;;
-  *) pkgver="0~git.$(printf %s "$version" | tr -c 'A-Za-z0-9.+~' .)" ;;
-  esac
+  else
+    pkgver="0~git.$(printf %s "$version" | tr -c 'A-Za-z0-9.+~' .)"
+  fi
   if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
     SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 0)
   fi
