@@ -55,6 +55,11 @@ step "build (static, CGO off)"
 CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o bin/claude-sandbox ./cmd/claude-sandbox
 if ldd bin/claude-sandbox >/dev/null 2>&1; then echo "bin/claude-sandbox is not static"; exit 1; fi
 
+if [ "$(id -u)" = 0 ]; then
+  step "packages: the .deb installed into a throwaway root (scripts/test-packages.sh)"
+  bash scripts/test-packages.sh
+fi
+
 step "tests (race detector on)"
 # A generous per-package timeout: the integration package runs for minutes
 # and a loaded machine must not turn slowness into a failure.
