@@ -265,10 +265,14 @@ func (p *Policy) Hosts() []string {
 	return out
 }
 
-// Endpoints are the allowed hosts with their ports, HOST:PORT.
+// Endpoints are the allowed hosts named by name (not address) with
+// their ports, NAME:PORT, as a domain allowlist takes them.
 func (p *Policy) Endpoints() []string {
 	var out []string
 	for _, h := range p.hosts {
+		if net.ParseIP(h.name) != nil {
+			continue
+		}
 		out = append(out, net.JoinHostPort(h.name, strconv.Itoa(h.port)))
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/claude-sandbox/claude-sandbox/mounts"
 	"golang.org/x/crypto/ssh/agent"
 )
 
@@ -139,4 +140,25 @@ func (s *Server) Close() {
 	s.mu.Unlock()
 	s.wg.Wait()
 	os.RemoveAll(s.dir)
+}
+
+// Files are the read-only files placed inside: the known_hosts with
+// exactly the allowed hosts' keys, and the ssh_config that uses it.
+func (s *Server) Files() []mounts.Op {
+	return []mounts.Op{
+		{Kind: mounts.File, Dst: InsideKnownHosts, Data: s.Policy.KnownHosts(), Mode: 0o444},
+		{Kind: mounts.File, Dst: InsideConfig, Data: SSHConfig, Mode: 0o444},
+	}
+}
+
+// Bind is the bind of the agent's socket at InsideSocket; it must come
+// after the view's socket masks (plan.Options.Served).
+func (s *Server) Bind() mounts.Op {
+	return mounts.Op{Kind: mounts.Bind, Src: s.Socket, Dst: InsideSocket}
+}
+
+// Env is the environment that points ssh and git at the agent and the
+// files inside.
+func (s *Server) Env() [][2]string {
+	return [][2]string{{"SSH_AUTH_SOCK", InsideSocket}, {"GIT_SSH_COMMAND", GitSSHCommand}}
 }
