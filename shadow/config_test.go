@@ -190,6 +190,9 @@ func TestConfigKeysTable(t *testing.T) {
 		"gitlab-host":        "gitlab-host = gitlab.example.org",
 		"pids-limit":         "pids-limit = 1000",
 		"osc52":              "osc52 = allow",
+		"ssh-agent":          "ssh-agent = github.com, forge.test:2222",
+		"ssh-key":            "ssh-key = SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s",
+		"ssh-host-key":       "ssh-host-key = github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
 		"debug":              "debug",
 		"debug-file":         "debug-file = /var/log/cs.log",
 	}
