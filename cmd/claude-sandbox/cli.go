@@ -11,6 +11,7 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/plan"
 	"github.com/claude-sandbox/claude-sandbox/sshagent"
+	"golang.org/x/crypto/ssh"
 )
 
 // usageError is bad input on the command line: printed as one line, exit 2.
@@ -36,6 +37,7 @@ type runArgs struct {
 	debugFile     string        // --debug-file FILE
 	osc52         bool          // --osc52 allow
 	sshAgent      []string      // --ssh-agent hosts
+	sshKeys       []string      // --ssh-key keys
 }
 
 // baseEnv puts the base environment a command gets unless --clearenv was
@@ -214,6 +216,17 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				}
 				r.sshAgent = append(r.sshAgent, strings.TrimSpace(h))
 			}
+		case "--ssh-key":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			if !strings.HasPrefix(v, "SHA256:") {
+				if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(v)); err != nil {
+					return nil, usagef("--ssh-key: %q is not a public key line (KEYTYPE BASE64) or a SHA256: fingerprint", v)
+				}
+			}
+			r.sshKeys = append(r.sshKeys, v)
 		case "--log-blocked":
 			v, err := value()
 			if err != nil {

@@ -150,8 +150,12 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: the current directory cannot be found (%v): starting in /\n", err)
 	}
 	x := runExtras{logBlocked: r.logBlocked, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
+	if len(r.sshKeys) > 0 && len(r.sshAgent) == 0 {
+		fmt.Fprintf(stderr, "claude-sandbox %s: --ssh-key needs --ssh-agent\n", verb)
+		return 2
+	}
 	if len(r.sshAgent) > 0 {
-		x.sshAgent = &sshagent.Config{Hosts: r.sshAgent, KnownHosts: sshagent.KnownHostsFiles(r.opts.Home)}
+		x.sshAgent = &sshagent.Config{Hosts: r.sshAgent, Keys: r.sshKeys, KnownHosts: sshagent.KnownHostsFiles(r.opts.Home)}
 	}
 	if r.statusFD >= 0 {
 		f, err := openStatusFD(r.statusFD)

@@ -142,6 +142,9 @@ signature is refused and reported. HOST or HOST:PORT
 (22 by default); repeatable. GIT_SSH_COMMAND uses a
 known_hosts of exactly those keys; with an
 --allow-domain list, HOST:PORT is added to it`},
+	{name: "--ssh-key", args: []string{"KEY"}, section: secNet, short: "the caller's agent key --ssh-agent lists and signs with", help: `with --ssh-agent, list and sign with only KEY of the
+caller's agent (a public key line, KEYTYPE BASE64, or
+a SHA256: fingerprint; repeatable; default: all)`},
 	{name: "--log-blocked", args: []string{"FILE"}, section: secNet, help: `append every blocked flow to FILE as a JSON line
 (otherwise a summary is printed when the command ends)`},
 	{name: "--udp-flows", args: []string{"N"}, section: secNet, help: `at most N UDP flows at once (default 512); at the cap
