@@ -160,6 +160,7 @@ SSH_AUTH_SOCK=` + sock + ` ssh-add -L >/dev/null 2>&1 && echo "HOST AGENT REACHA
 cd /tmp && git init -q r && cd r && git -c user.email=a@b.test -c user.name=a commit -q --allow-empty -m lab &&
   git push -q root@forge.test:` + filepath.Join(srv, "forge.git") + ` HEAD:refs/heads/main && echo "PUSH OK"
 ssh -F /run/claude-sandbox/ssh_config -o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no root@other.test true && echo "OTHER OK"
+echo "` + userPub + `" > /tmp/u.pub && ssh-add -T /tmp/u.pub && echo "UNBOUND SIGNED"
 echo end
 `
 	cmd := l.jailCmd(uid, bin, "run", "--ssh-agent", "forge.test", "--ssh-key", userPub, "--allow-domain", "forge.test", "--allow-domain", "other.test:22", "--", "sh", "-c", inside)
@@ -169,7 +170,7 @@ echo end
 	if !strings.Contains(r.Stdout, "listed: 1 user") {
 		t.Errorf("ssh-add -L inside does not list exactly the allowed key")
 	}
-	for _, bad := range []string{"KEY VISIBLE", "KEY READABLE", "HOST AGENT REACHABLE", "OTHER OK"} {
+	for _, bad := range []string{"KEY VISIBLE", "KEY READABLE", "HOST AGENT REACHABLE", "OTHER OK", "UNBOUND SIGNED"} {
 		if strings.Contains(r.Stdout, bad) {
 			t.Errorf("inside: %s", bad)
 		}
@@ -183,7 +184,10 @@ echo end
 	if !strings.Contains(r.Stderr, "ssh-agent: refused a signature") {
 		t.Errorf("the refusal for other.test was not reported")
 	}
-	if !strings.Contains(r.Stderr, "ssh-agent: signed 1 time for forge.test; refused ") {
+	if !strings.Contains(r.Stderr, "refused a signature (unbound): the connection is not bound") {
+		t.Errorf("the unbound signature (ssh-add -T) was not refused and reported")
+	}
+	if !strings.Contains(r.Stderr, "ssh-agent: signed 1 time for forge.test; refused 2 ") {
 		t.Errorf("no exit summary of the agent")
 	}
 }
