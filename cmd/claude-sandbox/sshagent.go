@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log"
 	"os"
 
 	"github.com/claude-sandbox/claude-sandbox/plan"
@@ -15,6 +16,10 @@ import (
 // environment, and, under a domain allowlist, each host's port.
 func startSSHAgent(cfg sshagent.Config, opts *plan.Options, stderr io.Writer) (*sshagent.Server, error) {
 	cfg.Report = func(s string) { fmt.Fprintln(stderr, "claude-sandbox:", s) }
+	// x/crypto's ServeAgent logs every failed request with the standard
+	// logger, which nothing else in this program uses: the agent reports
+	// its refusals itself, once, in this program's words.
+	log.SetOutput(io.Discard)
 	p, err := sshagent.NewPolicy(cfg)
 	if err != nil {
 		return nil, err
