@@ -1,7 +1,6 @@
 package sandbox_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -65,14 +64,27 @@ func TestSpecSSHAgent(t *testing.T) {
 	if err := os.WriteFile(pub, ssh.MarshalAuthorizedKey(allowed), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var out, errb bytes.Buffer
+	// Files, not writers: nsexec's input flush reads descriptors that
+	// Start closes after handing pipes over (a race of its own, not this
+	// test's).
+	outF, err := os.Create(filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outF.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
 	var warnings []string
 	sb, err := sandbox.Start(context.Background(), sandbox.Spec{
 		Command: []string{"/bin/sh", "-c", `ssh-add -L | cut -d' ' -f3; cat /run/claude-sandbox/ssh_known_hosts; ssh-add -T /dev/stdin < /run/pub && echo SIGNED; SSH_AUTH_SOCK=` + backing + ` ssh-add -L >/dev/null 2>&1 && echo BACKING`},
 		Net:     sandbox.NetNone,
 		Mounts:  []sandbox.Mount{sandbox.ROBind(pub, "/run/pub")},
-		Stdout:  &out,
-		Stderr:  &errb,
+		Stdin:   null,
+		Stdout:  outF,
+		Stderr:  outF,
 		Warn:    func(w string) { warnings = append(warnings, w) },
 		SSHAgent: &sandbox.SSHAgent{
 			Hosts: []string{"forge.test"}, HostKeys: []string{pin}, KnownHosts: []string{},
@@ -83,8 +95,9 @@ func TestSpecSSHAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, err := sb.Wait()
-	t.Logf("exit %d %v\nstdout:\n%s\nstderr:\n%s\nwarnings: %q", code, err, out.String(), errb.String(), warnings)
-	got := out.String()
+	b, _ := os.ReadFile(outF.Name())
+	got := string(b)
+	t.Logf("exit %d %v\noutput:\n%s\nwarnings: %q", code, err, got, warnings)
 	if !strings.HasPrefix(got, "allowed\nforge.test ssh-ed25519 ") {
 		t.Errorf("the agent inside lists %q, want only the allowed key, then the pinned host key", got)
 	}
