@@ -79,12 +79,13 @@ func TestSSHAgentLab(t *testing.T) {
 		t.Fatal("openssh-server is needed (scripts/test.sh installs it)")
 	}
 	bin := testutil.Build(t, "./cmd/claude-sandbox")
+	vp := testutil.Build(t, "./integration/verifyprobe")
 	for _, uid := range []int{0, testutil.Nobody} {
-		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) { sshAgentLab(t, bin, uid) })
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) { sshAgentLab(t, bin, vp, uid) })
 	}
 }
 
-func sshAgentLab(t *testing.T, bin string, uid int) {
+func sshAgentLab(t *testing.T, bin, vp string, uid int) {
 	l := newLab(t)
 	l.dns(l.world, labDNS+":53")
 	for _, a := range []string{labForge, labOther} {
@@ -161,6 +162,7 @@ cd /tmp && git init -q r && cd r && git -c user.email=a@b.test -c user.name=a co
   git push -q root@forge.test:` + filepath.Join(srv, "forge.git") + ` HEAD:refs/heads/main && echo "PUSH OK"
 ssh -F /run/claude-sandbox/ssh_config -o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no root@other.test true && echo "OTHER OK"
 echo "` + userPub + `" > /tmp/u.pub && ssh-add -T /tmp/u.pub && echo "UNBOUND SIGNED"
+` + vp + ` openings
 echo end
 `
 	cmd := l.jailCmd(uid, bin, "run", "--ssh-agent", "forge.test", "--ssh-key", userPub, "--allow-domain", "forge.test", "--allow-domain", "other.test:22", "--", "sh", "-c", inside)
@@ -174,6 +176,9 @@ echo end
 		if strings.Contains(r.Stdout, bad) {
 			t.Errorf("inside: %s", bad)
 		}
+	}
+	if !strings.Contains(r.Stdout, "P93 OPEN ssh-agent host forge.test:") {
+		t.Errorf("verify inside does not name the opening (P93)")
 	}
 	if !strings.Contains(r.Stdout, "PUSH OK") || !strings.Contains(r.Stdout, "end") {
 		t.Errorf("git push over SSH to forge.test failed")
