@@ -161,6 +161,12 @@ func TestGitConfig(t *testing.T) {
 	if strings.Contains(noForge, "credential") || strings.Contains(noForge, "insteadOf") {
 		t.Errorf("no-forge gitconfig has forge helpers:\n%s", noForge)
 	}
+	// A forge the ssh-agent signs for keeps its SSH URLs; the other
+	// is still rewritten.
+	agent := GitConfig("", "", Config{GitLabHost: "gitlab.example.org", SSHAgent: []string{"GitHub.com"}})
+	if strings.Contains(agent, "insteadOf = git@github.com:") || !strings.Contains(agent, "insteadOf = git@gitlab.example.org:") {
+		t.Errorf("gitconfig with ssh-agent = github.com:\n%s", agent)
+	}
 	if strings.Contains(GitConfig("", "", Config{}), "[user]") {
 		t.Error("an empty identity must not write a [user] section")
 	}
