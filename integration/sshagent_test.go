@@ -165,7 +165,7 @@ echo "` + userPub + `" > /tmp/u.pub && ssh-add -T /tmp/u.pub && echo "UNBOUND SI
 ` + vp + ` openings
 echo end
 `
-	cmd := l.jailCmd(uid, bin, "run", "--ssh-agent", "forge.test", "--ssh-key", userPub, "--allow-domain", "forge.test", "--allow-domain", "other.test:22", "--", "sh", "-c", inside)
+	cmd := l.jailCmd(uid, bin, "run", "--ssh-agent", "forge.test", "--ssh-key", userPub, "--allow-domain", "other.test:22", "--", "sh", "-c", inside)
 	cmd.Env = env
 	r := testutil.Run(t, cmd)
 	t.Logf("%s", r)
