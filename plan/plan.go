@@ -185,6 +185,11 @@ type Options struct {
 	// them after the base view (read-only root, /dev, /proc and, unless
 	// Bare, tmpfs on /tmp and the home directory).
 	Ops []mounts.Op
+	// Served are binds of sockets the launcher itself serves to this
+	// sandbox (the --ssh-agent socket, in a private directory of the
+	// host), applied after the host sockets' masks, which would hide
+	// them otherwise. Only binds of sockets are taken.
+	Served []mounts.Op
 	// Bare drops the default tmpfs over /tmp and Home.
 	Bare bool
 	// SetEnv entries are set inside, in order (a later one wins).
@@ -358,6 +363,17 @@ func Build(opts Options) (*Plan, error) {
 		warnings = append(warnings, w)
 	}
 	p.Mounts = append(p.Mounts, hide...)
+	for _, op := range opts.Served {
+		fi, err := os.Lstat(op.Src)
+		if op.Kind != mounts.Bind || err != nil || fi.Mode().Type() != fs.ModeSocket {
+			return nil, errf("served socket %s: not a bind of a socket", op.Src)
+		}
+		dst, err := mounts.CleanAbs(op.Dst)
+		if err != nil {
+			return nil, errf("served socket %s: %v", op.Dst, err)
+		}
+		p.Mounts = append(p.Mounts, mounts.Op{Kind: mounts.Bind, Src: op.Src, Dst: dst})
+	}
 	if opts.Warn != nil {
 		for _, w := range warnings {
 			opts.Warn(w)

@@ -18,6 +18,7 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/plan"
+	"github.com/claude-sandbox/claude-sandbox/sshagent"
 )
 
 // Init runs the sandbox stage this process was re-executed as, and never
@@ -102,6 +103,11 @@ type Spec struct {
 	AllowDomains []string
 	DenyDomains  []string
 
+	// SSHAgent, when set, serves an SSH agent inside (SSH_AUTH_SOCK and
+	// GIT_SSH_COMMAND set in the command's environment), backed by the
+	// caller's agent, that signs only for its hosts (run's --ssh-agent).
+	SSHAgent *SSHAgent
+
 	// Stdin, Stdout and Stderr are the command's; nil is /dev/null. An
 	// *os.File is passed as it is (a terminal gets a pty of its own in
 	// the sandbox); anything else is copied through a pipe, and Wait
@@ -129,6 +135,26 @@ type Spec struct {
 	// StageExe is the binary re-executed as the sandbox's stages; empty
 	// means this program. See the package documentation (cgo).
 	StageExe string
+}
+
+// SSHAgent is the agent Spec.SSHAgent serves: it lists the backing
+// agent's Keys (all when empty) and signs only a user authentication of
+// an ssh connection bound by OpenSSH's session-bind@openssh.com to a host
+// key of one of Hosts, found in KnownHosts or HostKeys. Every other
+// signature is refused and reported through Spec.Warn;
+// [Sandbox.SSHAgentSummary] counts them.
+type SSHAgent struct {
+	// Hosts are HOST or HOST:PORT (22 by default).
+	Hosts []string
+	// Keys are authorized_keys lines or SHA256: fingerprints.
+	Keys []string
+	// HostKeys are pinned host keys, "HOST KEYTYPE BASE64".
+	HostKeys []string
+	// KnownHosts are known_hosts files (nil: the caller's
+	// ~/.ssh/known_hosts and known_hosts2).
+	KnownHosts []string
+	// Backing is the caller's agent's socket ("": $SSH_AUTH_SOCK).
+	Backing string
 }
 
 // Mount is one change to the sandbox's filesystem view (package mounts
@@ -177,6 +203,7 @@ type Sandbox struct {
 	pr    *nsexec.Process
 	addrs Addresses
 	ev    *eventQueue
+	agent *sshagent.Server
 
 	done chan struct{}
 	code int
@@ -237,15 +264,46 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		warn = func(string) {}
 	}
 	s := &Sandbox{done: make(chan struct{}), ev: newEventQueue(spec.OnEvent)}
+	if a := spec.SSHAgent; a != nil {
+		files := a.KnownHosts
+		if files == nil {
+			home, _ := os.UserHomeDir()
+			files = sshagent.KnownHostsFiles(home)
+		}
+		pol, err := sshagent.NewPolicy(sshagent.Config{Hosts: a.Hosts, Keys: a.Keys, HostKeys: a.HostKeys, KnownHosts: files, Report: warn})
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: SSHAgent: %w", err)
+		}
+		backing := a.Backing
+		if backing == "" {
+			backing = os.Getenv("SSH_AUTH_SOCK")
+		}
+		if s.agent, err = sshagent.Listen(pol, backing); err != nil {
+			return nil, fmt.Errorf("sandbox: SSHAgent: %w", err)
+		}
+		opts.Late = append(opts.Late, s.agent.Files()...)
+		opts.Served = append(opts.Served, s.agent.Bind())
+		opts.SetEnv = append(opts.SetEnv, s.agent.Env()...)
+		if (opts.Net == "" || opts.Net == plan.NetJail) && len(opts.AllowDomains) > 0 {
+			opts.AllowDomains = append(append([]string(nil), opts.AllowDomains...), pol.Endpoints()...)
+		}
+	}
+	closeAgent := func() {
+		if s.agent != nil {
+			s.agent.Close()
+		}
+	}
 	nopts := nsexec.Options{TTY: nsexec.TTYAuto, Warn: warn, StageExe: exe}
 	var setup *jail.Setup
 	var jopts jail.Options
 	if opts.Net == "" || opts.Net == plan.NetJail {
 		facts, err := jail.DiscoverHost("/etc/resolv.conf")
 		if err != nil {
+			closeAgent()
 			return nil, fmt.Errorf("sandbox: egress jail: read the host's network: %w", err)
 		}
 		if setup, err = jail.PrepareNames(facts, opts.Allow, opts.AllowDomains, opts.DenyDomains); err != nil {
+			closeAgent()
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 		for _, w := range setup.Warnings {
@@ -255,6 +313,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		if len(spec.HostPorts) > 0 {
 			op, err := jail.HostHostsFile(setup.Gateway, spec.HostPorts)
 			if err != nil {
+				closeAgent()
 				return nil, fmt.Errorf("sandbox: HostPorts: %w", err)
 			}
 			opts.Late = append(opts.Late, op)
@@ -264,11 +323,13 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	}
 	p, err := plan.Build(opts)
 	if err != nil {
+		closeAgent()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	if setup != nil {
 		if len(p.Egress.Publish) > 0 {
 			if jopts.Publish, err = jail.Listen(p.Egress.Publish); err != nil {
+				closeAgent()
 				return nil, fmt.Errorf("sandbox: %w", err)
 			}
 		}
@@ -284,6 +345,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	st, err := newStdio(spec.Stdin, spec.Stdout, spec.Stderr)
 	if err != nil {
 		closePublished()
+		closeAgent()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	nopts.Stdin, nopts.Stdout, nopts.Stderr = st.files[0], st.files[1], st.files[2]
@@ -294,11 +356,13 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		closePublished()
 		st.wait()
 		s.ev.close()
+		closeAgent()
 		return nil, err
 	}
 	s.pr = pr
 	go func() {
 		s.code, s.err = pr.Wait()
+		closeAgent()
 		st.wait()
 		s.ev.exit(s.code, s.err)
 		s.ev.close()
@@ -339,6 +403,16 @@ func (s *Sandbox) InitPID() int { return s.pr.InitPID() }
 // (user, mnt, pid, net, ipc, uts, cgroup), as ls -i /proc/PID/ns shows
 // them. Valid while the sandbox runs.
 func (s *Sandbox) Namespaces() (map[string]uint64, error) { return s.pr.Namespaces() }
+
+// SSHAgentSummary is the Spec.SSHAgent's count of signatures per host
+// and refusals ("ssh-agent: signed 2 times for forge.test; refused 1
+// (...)"), or "" without the agent or when nothing was asked of it.
+func (s *Sandbox) SSHAgentSummary() string {
+	if s.agent == nil {
+		return ""
+	}
+	return s.agent.Policy.Summary()
+}
 
 // Addresses are the egress jail's addresses; zero without the jail.
 func (s *Sandbox) Addresses() Addresses { return s.addrs }

@@ -22,6 +22,7 @@ if [ "$(id -u)" = 0 ]; then
   command -v gcc >/dev/null || need+=(gcc) # the race detector needs cgo
   command -v npm >/dev/null || need+=(nodejs npm) # the real Claude Code CLI for the end-to-end tests
   command -v zsh >/dev/null || need+=(zsh) # the generated zsh completion is loaded and tried
+  command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] && command -v ssh-agent >/dev/null || need+=(openssh-server openssh-client) # the --ssh-agent lab test: sshd as forge.test and other.test
   command -v fish >/dev/null || need+=(fish) # the generated fish completion is loaded and tried
   if [ ${#need[@]} -gt 0 ]; then
     step "installing ${need[*]}"

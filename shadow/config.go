@@ -11,6 +11,8 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/plan"
+	"github.com/claude-sandbox/claude-sandbox/sshagent"
+	"golang.org/x/crypto/ssh"
 )
 
 // ConfigPath is the only place the shadow reads its configuration from:
@@ -74,6 +76,13 @@ type Config struct {
 	// default: a clipboard the sandbox filled is pasted into the host's
 	// shell by a user who thinks it holds what they copied.
 	OSC52 bool `json:"osc52,omitempty"`
+	// SSHAgent are the hosts run's --ssh-agent serves an agent for (HOST
+	// or HOST:PORT); SSHKey the backing agent's keys it lists
+	// (authorized_keys lines or SHA256: fingerprints; none: all);
+	// SSHHostKey pinned host keys, "HOST KEYTYPE BASE64".
+	SSHAgent   []string `json:"sshAgent,omitempty"`
+	SSHKey     []string `json:"sshKey,omitempty"`
+	SSHHostKey []string `json:"sshHostKey,omitempty"`
 }
 
 // DefaultConfig is what an absent or empty file means.
@@ -242,6 +251,48 @@ var configKeys = []configKey{
 			return fmt.Errorf("%q is too small: use at least 1M", v.s)
 		}
 		c.TmpfsSize = n
+		return nil
+	}},
+	{"ssh-agent", func(c *Config, v configValue) error {
+		if err := v.need(); err != nil {
+			return err
+		}
+		for _, h := range strings.Split(v.s, ",") {
+			h = strings.TrimSpace(h)
+			if _, _, err := sshagent.ParseHost(h); err != nil {
+				return err
+			}
+			c.SSHAgent = append(c.SSHAgent, h)
+		}
+		return nil
+	}},
+	{"ssh-key", func(c *Config, v configValue) error {
+		if err := v.need(); err != nil {
+			return err
+		}
+		if !strings.HasPrefix(v.s, "SHA256:") {
+			if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(v.s)); err != nil {
+				return fmt.Errorf("%q is not a public key line (KEYTYPE BASE64) or a SHA256: fingerprint", v.s)
+			}
+		}
+		c.SSHKey = append(c.SSHKey, v.s)
+		return nil
+	}},
+	{"ssh-host-key", func(c *Config, v configValue) error {
+		if err := v.need(); err != nil {
+			return err
+		}
+		f := strings.Fields(v.s)
+		if len(f) != 3 {
+			return fmt.Errorf("%q: use HOST KEYTYPE BASE64", v.s)
+		}
+		if _, _, err := sshagent.ParseHost(f[0]); err != nil {
+			return err
+		}
+		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(f[1] + " " + f[2])); err != nil {
+			return fmt.Errorf("%q: not a host key: %v", v.s, err)
+		}
+		c.SSHHostKey = append(c.SSHHostKey, v.s)
 		return nil
 	}},
 	{"debug", func(c *Config, v configValue) error { return setBool(&c.Debug, v) }},

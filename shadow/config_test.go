@@ -162,6 +162,12 @@ func TestGitConfig(t *testing.T) {
 	if strings.Contains(noForge, "credential") || strings.Contains(noForge, "insteadOf") {
 		t.Errorf("no-forge gitconfig has forge helpers:\n%s", noForge)
 	}
+	// A forge the ssh-agent signs for keeps its SSH URLs; the other
+	// is still rewritten.
+	agent := GitConfig("", "", Config{GitLabHost: "gitlab.example.org", SSHAgent: []string{"GitHub.com"}})
+	if strings.Contains(agent, "insteadOf = git@github.com:") || !strings.Contains(agent, "insteadOf = git@gitlab.example.org:") {
+		t.Errorf("gitconfig with ssh-agent = github.com:\n%s", agent)
+	}
 	if strings.Contains(GitConfig("", "", Config{}), "[user]") {
 		t.Error("an empty identity must not write a [user] section")
 	}
@@ -192,6 +198,9 @@ func TestConfigKeysTable(t *testing.T) {
 		"pids-limit":         "pids-limit = 1000",
 		"osc52":              "osc52 = allow",
 		"tmpfs-size":         "tmpfs-size = 512M",
+		"ssh-agent":          "ssh-agent = github.com, forge.test:2222",
+		"ssh-key":            "ssh-key = SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s",
+		"ssh-host-key":       "ssh-host-key = github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
 		"debug":              "debug",
 		"debug-file":         "debug-file = /var/log/cs.log",
 	}

@@ -3,6 +3,8 @@ package shadow
 import (
 	"fmt"
 	"strings"
+
+	"github.com/claude-sandbox/claude-sandbox/sshagent"
 )
 
 // GitConfig renders the curated gitconfig (S6): the host's identity, the
@@ -31,8 +33,14 @@ func GitConfig(name, email string, c Config) string {
 		}
 		fmt.Fprintf(&b, "[credential \"https://github.com\"]\n\thelper =\n\thelper = !gh auth git-credential\n")
 		fmt.Fprintf(&b, "[credential \"https://%s\"]\n\thelper =\n\thelper = !glab auth git-credential\n", host)
-		fmt.Fprintf(&b, "[url \"https://github.com/\"]\n\tinsteadOf = git@github.com:\n\tinsteadOf = ssh://git@github.com/\n")
-		fmt.Fprintf(&b, "[url \"https://%s/\"]\n\tinsteadOf = git@%s:\n\tinsteadOf = ssh://git@%s/\n", host, host, host)
+		// A forge the ssh-agent key signs for keeps its SSH URLs: the
+		// rewrite to HTTPS is for sessions without a key inside.
+		if !sshAgentFor(c, "github.com") {
+			fmt.Fprintf(&b, "[url \"https://github.com/\"]\n\tinsteadOf = git@github.com:\n\tinsteadOf = ssh://git@github.com/\n")
+		}
+		if !sshAgentFor(c, host) {
+			fmt.Fprintf(&b, "[url \"https://%s/\"]\n\tinsteadOf = git@%s:\n\tinsteadOf = ssh://git@%s/\n", host, host, host)
+		}
 	}
 	return b.String()
 }
@@ -43,4 +51,14 @@ func GitConfig(name, email string, c Config) string {
 func quote(s string) string {
 	s = strings.NewReplacer("\n", " ", "\r", " ", "\\", "\\\\", "\"", "\\\"").Replace(s)
 	return "\"" + s + "\""
+}
+
+// sshAgentFor reports whether host (on port 22) is an ssh-agent host.
+func sshAgentFor(c Config, host string) bool {
+	for _, h := range c.SSHAgent {
+		if name, port, err := sshagent.ParseHost(h); err == nil && port == 22 && name == strings.ToLower(host) {
+			return true
+		}
+	}
+	return false
 }

@@ -14,7 +14,8 @@ import (
 // ports (--allow-host-port), published ports (--publish) and host devices
 // (--dev-bind). verify prints a line for each, status OPEN (never a
 // failure: they were asked for), so a session sees what it was given.
-// IDs: P90 host loopback ports, P91 published ports, P92 devices.
+// IDs: P90 host loopback ports, P91 published ports, P92 devices, P93
+// --ssh-agent hosts.
 
 // Open is the status of an opening's line.
 const Open Status = "OPEN"
@@ -27,6 +28,27 @@ const PublishedEnv = "CLAUDE_SANDBOX_PUBLISHED"
 // HostsMarker starts the comment of the sandbox's /etc/hosts that lists
 // the allowed host loopback ports (jail.HostsMarker).
 const HostsMarker = "# claude-sandbox: host.internal is the host's loopback on the ports (--allow-host-port):"
+
+// SSHKnownHosts is the known_hosts --ssh-agent places inside, holding
+// exactly the hosts its agent signs for (sshagent.InsideKnownHosts).
+const SSHKnownHosts = "/run/claude-sandbox/ssh_known_hosts"
+
+// sshAgentHosts lists the hosts of SSHKnownHosts, each once, in order.
+func sshAgentHosts(e *Env) []string {
+	b, err := os.ReadFile(e.path(SSHKnownHosts))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && !seen[f[0]] {
+			seen[f[0]] = true
+			out = append(out, f[0])
+		}
+	}
+	return out
+}
 
 var hostPortRE = regexp.MustCompile(`^[0-9]{1,5}/(tcp|udp)$`)
 
@@ -128,6 +150,9 @@ func Openings(e *Env) []Result {
 	}
 	for _, d := range devices(e) {
 		out = append(out, Result{"P92", "device " + strings.Fields(d)[0], Open, d + ", bound from the host with --dev-bind: usable here"})
+	}
+	for _, h := range sshAgentHosts(e) {
+		out = append(out, Result{"P93", "ssh-agent host " + h, Open, "the agent at SSH_AUTH_SOCK signs an ssh authentication to " + h + " with the caller's key (its server proved the host key of " + SSHKnownHosts + "); every other signature is refused"})
 	}
 	return out
 }

@@ -29,6 +29,8 @@ func TestOpenings(t *testing.T) {
 		must(unix.Mknod(filepath.Join(root, "dev/dri/renderD128"), unix.S_IFCHR|0o666, int(unix.Mkdev(226, 128))))
 		must(unix.Mknod(filepath.Join(root, "dev/nvidia0"), unix.S_IFCHR|0o666, int(unix.Mkdev(195, 0))))
 	}
+	must(os.MkdirAll(filepath.Join(root, "run/claude-sandbox"), 0o755))
+	must(os.WriteFile(filepath.Join(root, SSHKnownHosts), []byte("forge.test ssh-ed25519 AAAA\nforge.test ssh-rsa AAAA\n[git.example]:2222 ssh-ed25519 AAAA\n"), 0o444))
 	env := map[string]string{PublishedEnv: "127.0.0.1:8080:3000/tcp 0.0.0.0:5353:53/udp"}
 	e := &Env{Root: root, Getenv: func(k string) string { return env[k] }}
 	var got []string
@@ -42,6 +44,7 @@ func TestOpenings(t *testing.T) {
 	if devs {
 		want = append(want, "P92 device /dev/dri/renderD128", "P92 device /dev/nvidia0")
 	}
+	want = append(want, "P93 ssh-agent host forge.test", "P93 ssh-agent host [git.example]:2222")
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("openings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

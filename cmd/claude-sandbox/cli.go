@@ -10,6 +10,8 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/mounts"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/plan"
+	"github.com/claude-sandbox/claude-sandbox/sshagent"
+	"golang.org/x/crypto/ssh"
 )
 
 // usageError is bad input on the command line: printed as one line, exit 2.
@@ -34,6 +36,8 @@ type runArgs struct {
 	debug         bool          // --debug (or --debug-file)
 	debugFile     string        // --debug-file FILE
 	osc52         bool          // --osc52 allow
+	sshAgent      []string      // --ssh-agent hosts
+	sshKeys       []string      // --ssh-key keys
 }
 
 // baseEnv puts the base environment a command gets unless --clearenv was
@@ -201,6 +205,28 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, err
 			}
 			r.opts.AllowSockets = append(r.opts.AllowSockets, v)
+		case "--ssh-agent":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			for _, h := range strings.Split(v, ",") {
+				if _, _, err := sshagent.ParseHost(strings.TrimSpace(h)); err != nil {
+					return nil, usagef("--ssh-agent: %v", err)
+				}
+				r.sshAgent = append(r.sshAgent, strings.TrimSpace(h))
+			}
+		case "--ssh-key":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			if !strings.HasPrefix(v, "SHA256:") {
+				if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(v)); err != nil {
+					return nil, usagef("--ssh-key: %q is not a public key line (KEYTYPE BASE64) or a SHA256: fingerprint", v)
+				}
+			}
+			r.sshKeys = append(r.sshKeys, v)
 		case "--log-blocked":
 			v, err := value()
 			if err != nil {

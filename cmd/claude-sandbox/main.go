@@ -28,6 +28,7 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	_ "github.com/claude-sandbox/claude-sandbox/nsexec/stageinit" // a stage runs from package init: fewer inits, one thread fewer
 	"github.com/claude-sandbox/claude-sandbox/plan"
+	"github.com/claude-sandbox/claude-sandbox/sshagent"
 	"github.com/claude-sandbox/claude-sandbox/verify"
 )
 
@@ -149,6 +150,13 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: the current directory cannot be found (%v): starting in /\n", err)
 	}
 	x := runExtras{logBlocked: r.logBlocked, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
+	if len(r.sshKeys) > 0 && len(r.sshAgent) == 0 {
+		fmt.Fprintf(stderr, "claude-sandbox %s: --ssh-key needs --ssh-agent\n", verb)
+		return 2
+	}
+	if len(r.sshAgent) > 0 {
+		x.sshAgent = &sshagent.Config{Hosts: r.sshAgent, Keys: r.sshKeys, KnownHosts: sshagent.KnownHostsFiles(r.opts.Home)}
+	}
 	if r.statusFD >= 0 {
 		f, err := openStatusFD(r.statusFD)
 		if err != nil {
@@ -162,14 +170,15 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 
 // runExtras are the run's reporting choices, beside the plan.
 type runExtras struct {
-	logBlocked    string        // --log-blocked FILE
-	status        *os.File      // --json-status-fd
-	statusBlocked bool          // --json-status-blocked
-	udpFlows      int           // --udp-flows; 0: the jail's default
-	udpIdle       time.Duration // --udp-idle-timeout; 0: the jail's default
-	debug         bool          // --debug, or the shadow's debug key
-	debugFile     string        // --debug-file; "": stderr
-	osc52         bool          // --osc52 allow, or the shadow's osc52 key
+	logBlocked    string           // --log-blocked FILE
+	status        *os.File         // --json-status-fd
+	statusBlocked bool             // --json-status-blocked
+	udpFlows      int              // --udp-flows; 0: the jail's default
+	udpIdle       time.Duration    // --udp-idle-timeout; 0: the jail's default
+	debug         bool             // --debug, or the shadow's debug key
+	debugFile     string           // --debug-file; "": stderr
+	osc52         bool             // --osc52 allow, or the shadow's osc52 key
+	sshAgent      *sshagent.Config // --ssh-agent, or the shadow's ssh-agent key
 }
 
 // launch builds the plan from opts (with the egress jail's setup when the
@@ -195,6 +204,18 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			sw.end("failed", code, errors.New(msg))
 		}
 		return code
+	}
+	if x.sshAgent != nil {
+		srv, err := startSSHAgent(*x.sshAgent, &opts, stderr)
+		if err != nil {
+			return fail(nsexec.ExitSetup, "claude-sandbox %s: %v", verb, err)
+		}
+		defer func() {
+			srv.Close()
+			if s := srv.Policy.Summary(); s != "" && !dryRun {
+				fmt.Fprintln(stderr, "claude-sandbox:", s)
+			}
+		}()
 	}
 	var setup *jail.Setup
 	if opts.Net == "" || opts.Net == plan.NetJail {

@@ -136,6 +136,19 @@ every other host loopback port stays blocked`},
 each connection (TCP unless /udp) to the sandbox's
 PORT; the server inside must listen on 0.0.0.0 or
 the sandbox's address (repeatable; --net=jail only)`},
+	{name: "--ssh-agent", args: []string{"HOST[,HOST...]"}, section: secNet, short: "an SSH agent inside that signs only for HOST (git push over SSH)", help: `serve an SSH agent inside (SSH_AUTH_SOCK) backed by
+the caller's own agent, which never shows inside:
+it lists the caller's keys and signs only a user
+authentication of an ssh connection bound (OpenSSH
+8.9+ session-bind) to a host key of HOST, as the
+caller's ~/.ssh/known_hosts holds it; every other
+signature is refused and reported. HOST or HOST:PORT
+(22 by default); repeatable. GIT_SSH_COMMAND uses a
+known_hosts of exactly those keys; with an
+--allow-domain list, HOST:PORT is added to it`},
+	{name: "--ssh-key", args: []string{"KEY"}, section: secNet, short: "the caller's agent key --ssh-agent lists and signs with", help: `with --ssh-agent, list and sign with only KEY of the
+caller's agent (a public key line, KEYTYPE BASE64, or
+a SHA256: fingerprint; repeatable; default: all)`},
 	{name: "--log-blocked", args: []string{"FILE"}, section: secNet, help: `append every blocked flow to FILE as a JSON line
 (otherwise a summary is printed when the command ends)`},
 	{name: "--udp-flows", args: []string{"N"}, section: secNet, help: `at most N UDP flows at once (default 512); at the cap

@@ -1,0 +1,380 @@
+// Package sshagent serves an SSH agent to a sandbox that signs only for
+// allowed hosts.
+//
+// The agent is backed by the caller's own (SSH_AUTH_SOCK on the host, which
+// is never passed inside): the private keys stay there. To the sandbox it
+// lists only the allowed keys, and it signs only a user authentication
+// request of a connection that OpenSSH (8.9 and later) has bound to a
+// server's host key with the session-bind@openssh.com extension, when that
+// host key is one of an allowed host's (from the caller's known_hosts or
+// pinned in the configuration). The binding carries the host key, the
+// session identifier and the host key's signature over it; the agent
+// verifies that signature and then requires the request to be a user
+// authentication for that very session. Every other signature (a
+// connection with no binding, another host's key, a forwarded session, a
+// blob that is not that session's authentication) is refused and
+// reported.
+//
+// What the binding proves: the session identifier the signature covers
+// belongs to a key exchange whose server holds the allowed host's private
+// host key. What it does not: that the allowed host is honest, or what the
+// authenticated session then does there (push anything the key may push).
+package sshagent
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// SessionBind is the OpenSSH agent extension that binds an agent
+// connection to a server's host key (PROTOCOL.agent).
+const SessionBind = "session-bind@openssh.com"
+
+// Config is what the agent allows.
+type Config struct {
+	// Hosts are the allowed hosts, HOST or HOST:PORT (port 22 unless
+	// given).
+	Hosts []string
+	// KnownHosts are the known_hosts files the hosts' keys are read from
+	// (hashed entries too); a missing file is skipped.
+	KnownHosts []string
+	// HostKeys are pinned keys, "HOST KEYTYPE BASE64" each (HOST as in
+	// Hosts).
+	HostKeys []string
+	// Keys are the allowed keys of the backing agent, each an
+	// authorized_keys line ("KEYTYPE BASE64 [comment]") or a fingerprint
+	// ("SHA256:..."); empty allows all of them.
+	Keys []string
+	// Report receives one line per refused signature; nil drops them.
+	Report func(string)
+}
+
+// host is one allowed host and its keys.
+type host struct {
+	name string
+	port int
+	keys []ssh.PublicKey
+}
+
+func (h *host) String() string {
+	if h.port == 22 {
+		return h.name
+	}
+	return net.JoinHostPort(h.name, strconv.Itoa(h.port))
+}
+
+// knownName is the host's name as known_hosts writes it.
+func (h *host) knownName() string {
+	if h.port == 22 {
+		return h.name
+	}
+	return "[" + h.name + "]:" + strconv.Itoa(h.port)
+}
+
+// Policy is a configuration made ready: the hosts' keys found, the allowed
+// keys parsed. It counts signatures and refusals for the exit summary.
+type Policy struct {
+	hosts  []*host
+	keys   map[string]bool // allowed key fingerprints; nil: all
+	report func(string)
+
+	mu      sync.Mutex
+	signed  map[string]int
+	refused map[string]int
+}
+
+// ParseHost reads HOST or HOST:PORT (an IPv6 address in brackets when a
+// port follows).
+func ParseHost(s string) (name string, port int, err error) {
+	name, port = s, 22
+	if h, p, e := net.SplitHostPort(s); e == nil {
+		n, e := strconv.Atoi(p)
+		if e != nil || n < 1 || n > 65535 {
+			return "", 0, fmt.Errorf("%q: bad port", s)
+		}
+		name, port = h, n
+	}
+	if name == "" || strings.ContainsAny(name, " \t,/@[]*?!") {
+		return "", 0, fmt.Errorf("%q is not a host name or address", s)
+	}
+	return strings.ToLower(name), port, nil
+}
+
+// NewPolicy finds each host's keys and parses the allowed keys. A host
+// with no key is an error: the agent could never sign for it.
+func NewPolicy(cfg Config) (*Policy, error) {
+	p := &Policy{report: cfg.Report, signed: map[string]int{}, refused: map[string]int{}}
+	if p.report == nil {
+		p.report = func(string) {}
+	}
+	if len(cfg.Hosts) == 0 {
+		return nil, errors.New("ssh-agent: no host")
+	}
+	byName := map[string]*host{}
+	for _, s := range cfg.Hosts {
+		name, port, err := ParseHost(s)
+		if err != nil {
+			return nil, fmt.Errorf("ssh-agent: %v", err)
+		}
+		h := &host{name: name, port: port}
+		if byName[h.String()] != nil {
+			continue
+		}
+		byName[h.String()] = h
+		p.hosts = append(p.hosts, h)
+	}
+	for _, line := range cfg.HostKeys {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			return nil, fmt.Errorf("ssh-host-key %q: want HOST KEYTYPE BASE64", line)
+		}
+		name, port, err := ParseHost(f[0])
+		if err != nil {
+			return nil, fmt.Errorf("ssh-host-key: %v", err)
+		}
+		k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(f[1] + " " + f[2]))
+		if err != nil {
+			return nil, fmt.Errorf("ssh-host-key %q: %v", line, err)
+		}
+		h := byName[(&host{name: name, port: port}).String()]
+		if h == nil {
+			return nil, fmt.Errorf("ssh-host-key %q: %s is not an --ssh-agent host", line, f[0])
+		}
+		h.addKey(k)
+	}
+	for _, h := range p.hosts {
+		if err := h.readKnownHosts(cfg.KnownHosts); err != nil {
+			return nil, err
+		}
+		if len(h.keys) == 0 {
+			return nil, fmt.Errorf("ssh-agent: no host key for %s in %s or the configuration (ssh-host-key = %s KEYTYPE BASE64)", h, strings.Join(cfg.KnownHosts, ", "), h)
+		}
+	}
+	if len(cfg.Keys) > 0 {
+		p.keys = map[string]bool{}
+		for _, s := range cfg.Keys {
+			s = strings.TrimSpace(s)
+			if strings.HasPrefix(s, "SHA256:") {
+				p.keys[s] = true
+				continue
+			}
+			k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(s))
+			if err != nil {
+				return nil, fmt.Errorf("ssh-key %q: not a public key line or SHA256: fingerprint: %v", s, err)
+			}
+			p.keys[ssh.FingerprintSHA256(k)] = true
+		}
+	}
+	return p, nil
+}
+
+func (h *host) addKey(k ssh.PublicKey) {
+	for _, have := range h.keys {
+		if bytes.Equal(have.Marshal(), k.Marshal()) {
+			return
+		}
+	}
+	h.keys = append(h.keys, k)
+}
+
+// readKnownHosts adds the keys files list for the host (plain and hashed
+// entries; @revoked keys never, @cert-authority lines are skipped).
+func (h *host) readKnownHosts(files []string) error {
+	var have []string
+	for _, f := range files {
+		if _, err := os.Stat(f); err == nil {
+			have = append(have, f)
+		}
+	}
+	if len(have) == 0 {
+		return nil
+	}
+	cb, err := knownhosts.New(have...)
+	if err != nil {
+		return fmt.Errorf("ssh-agent: %v", err)
+	}
+	// A key no line holds: the error lists every key the host has.
+	probe, err := newProbeKey()
+	if err != nil {
+		return err
+	}
+	remote := &net.TCPAddr{IP: net.IPv4zero, Port: h.port}
+	err = cb(net.JoinHostPort(h.name, strconv.Itoa(h.port)), remote, probe)
+	var ke *knownhosts.KeyError
+	if !errors.As(err, &ke) {
+		return nil
+	}
+	for _, w := range ke.Want {
+		if isCertAuthority(w.Filename, w.Line) {
+			continue
+		}
+		h.addKey(w.Key)
+	}
+	return nil
+}
+
+// isCertAuthority reports whether line n of file is a @cert-authority
+// entry (a CA key is no host key of its own).
+func isCertAuthority(file string, n int) bool {
+	f, err := os.Open(file)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for i := 1; sc.Scan(); i++ {
+		if i == n {
+			return strings.HasPrefix(strings.TrimSpace(sc.Text()), "@cert-authority")
+		}
+	}
+	return true
+}
+
+// KnownHosts is a known_hosts file holding exactly the allowed hosts' keys.
+func (p *Policy) KnownHosts() string {
+	var b strings.Builder
+	for _, h := range p.hosts {
+		for _, k := range h.keys {
+			fmt.Fprintf(&b, "%s %s", h.knownName(), ssh.MarshalAuthorizedKey(k))
+		}
+	}
+	return b.String()
+}
+
+// Hosts are the allowed hosts, HOST or HOST:PORT, in the order given.
+func (p *Policy) Hosts() []string {
+	var out []string
+	for _, h := range p.hosts {
+		out = append(out, h.String())
+	}
+	return out
+}
+
+// Endpoints are the allowed hosts named by name (not address) with
+// their ports, NAME:PORT, as a domain allowlist takes them.
+func (p *Policy) Endpoints() []string {
+	var out []string
+	for _, h := range p.hosts {
+		if net.ParseIP(h.name) != nil {
+			continue
+		}
+		out = append(out, net.JoinHostPort(h.name, strconv.Itoa(h.port)))
+	}
+	return out
+}
+
+// hostOf returns the allowed host whose key k is, or nil.
+func (p *Policy) hostOf(k ssh.PublicKey) *host {
+	b := k.Marshal()
+	for _, h := range p.hosts {
+		for _, hk := range h.keys {
+			if bytes.Equal(hk.Marshal(), b) {
+				return h
+			}
+		}
+	}
+	return nil
+}
+
+func (p *Policy) keyAllowed(k ssh.PublicKey) bool {
+	return p.keys == nil || p.keys[ssh.FingerprintSHA256(k)]
+}
+
+func (p *Policy) countSigned(h *host) {
+	p.mu.Lock()
+	p.signed[h.String()]++
+	p.mu.Unlock()
+}
+
+func (p *Policy) refuse(where, why string) error {
+	p.mu.Lock()
+	p.refused[where]++
+	p.mu.Unlock()
+	p.report(fmt.Sprintf("ssh-agent: refused a signature (%s): %s", where, why))
+	return fmt.Errorf("refused by the sandbox's ssh-agent: %s", why)
+}
+
+// Counts returns how many signatures were made per allowed host, and how
+// many were refused per place ("HOST", "host key SHA256:...", "unbound").
+func (p *Policy) Counts() (signed, refused map[string]int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	signed, refused = map[string]int{}, map[string]int{}
+	for k, v := range p.signed {
+		signed[k] = v
+	}
+	for k, v := range p.refused {
+		refused[k] = v
+	}
+	return signed, refused
+}
+
+// Summary is the exit summary's line: "ssh-agent: signed 2 times for
+// forge.test; refused 1 (1 unbound)", or "" when nothing was asked.
+func (p *Policy) Summary() string {
+	signed, refused := p.Counts()
+	if len(signed) == 0 && len(refused) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, h := range p.hosts {
+		if n := signed[h.String()]; n > 0 {
+			parts = append(parts, fmt.Sprintf("signed %s for %s", times(n), h))
+		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "signed nothing")
+	}
+	s := "ssh-agent: " + strings.Join(parts, ", ")
+	if len(refused) > 0 {
+		total := 0
+		var where []string
+		for k, v := range refused {
+			total += v
+			where = append(where, fmt.Sprintf("%d %s", v, k))
+		}
+		sort.Strings(where)
+		s += fmt.Sprintf("; refused %d (%s)", total, strings.Join(where, ", "))
+	}
+	return s
+}
+
+func times(n int) string {
+	if n == 1 {
+		return "1 time"
+	}
+	return strconv.Itoa(n) + " times"
+}
+
+// KnownHostsFiles are the caller's known_hosts files OpenSSH reads by
+// default: ~/.ssh/known_hosts and ~/.ssh/known_hosts2.
+func KnownHostsFiles(home string) []string {
+	if home == "" {
+		return nil
+	}
+	return []string{filepath.Join(home, ".ssh", "known_hosts"), filepath.Join(home, ".ssh", "known_hosts2")}
+}
+
+// newProbeKey is a fresh key no known_hosts line holds.
+func newProbeKey() (ssh.PublicKey, error) {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	return ssh.NewPublicKey(pub)
+}

@@ -1,0 +1,164 @@
+package sshagent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"golang.org/x/crypto/ssh/agent"
+)
+
+// Paths inside the sandbox.
+const (
+	// InsideDir holds the agent's socket and ssh's files inside (below
+	// /run, which is a private tmpfs in the sandbox).
+	InsideDir = "/run/claude-sandbox"
+	// InsideSocket is SSH_AUTH_SOCK inside.
+	InsideSocket = InsideDir + "/ssh-agent.sock"
+	// InsideKnownHosts holds exactly the allowed hosts' keys.
+	InsideKnownHosts = InsideDir + "/ssh_known_hosts"
+	// InsideConfig is an ssh_config that uses InsideKnownHosts and the
+	// agent, and never asks about a host key (GIT_SSH_COMMAND names it).
+	InsideConfig = InsideDir + "/ssh_config"
+)
+
+// SSHConfig is InsideConfig's contents.
+const SSHConfig = `# claude-sandbox --ssh-agent: the hosts' keys are known, nothing else is.
+Host *
+	UserKnownHostsFile ` + InsideKnownHosts + `
+	GlobalKnownHostsFile /dev/null
+	StrictHostKeyChecking yes
+	UpdateHostKeys no
+	IdentityAgent ` + InsideSocket + `
+	IdentitiesOnly no
+	BatchMode yes
+`
+
+// GitSSHCommand is GIT_SSH_COMMAND inside.
+const GitSSHCommand = "ssh -F " + InsideConfig
+
+// Server serves the policy's agent on a socket in a private directory of
+// the host, for the sandbox to reach through a bind mount.
+type Server struct {
+	Policy *Policy
+	// Socket is the host path of the listening socket.
+	Socket string
+
+	dir     string
+	ln      *net.UnixListener
+	backing string
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	conns   map[net.Conn]bool
+	closed  bool
+}
+
+// Listen creates a private (0700) directory and listens on a socket in
+// it; each connection is served by p's agent over a connection of its own
+// to the backing agent's socket (the caller's SSH_AUTH_SOCK).
+func Listen(p *Policy, backing string) (*Server, error) {
+	if backing == "" {
+		return nil, errors.New("ssh-agent: SSH_AUTH_SOCK is not set: start an agent (ssh-agent) and add the key (ssh-add)")
+	}
+	c, err := net.Dial("unix", backing)
+	if err != nil {
+		return nil, fmt.Errorf("ssh-agent: the caller's agent (SSH_AUTH_SOCK): %v", err)
+	}
+	c.Close()
+	dir, err := os.MkdirTemp("", "claude-sandbox-ssh-")
+	if err != nil {
+		return nil, fmt.Errorf("ssh-agent: %v", err)
+	}
+	sock := filepath.Join(dir, "agent.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("ssh-agent: %v", err)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ln.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("ssh-agent: %v", err)
+	}
+	s := &Server{Policy: p, Socket: sock, dir: dir, ln: ln, backing: backing, conns: map[net.Conn]bool{}}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = true
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			defer func() {
+				s.mu.Lock()
+				delete(s.conns, c)
+				s.mu.Unlock()
+				c.Close()
+			}()
+			b, err := net.Dial("unix", s.backing)
+			if err != nil {
+				s.Policy.report(fmt.Sprintf("ssh-agent: the caller's agent: %v", err))
+				return
+			}
+			defer b.Close()
+			_ = agent.ServeAgent(s.Policy.Agent(agent.NewClient(b)), c)
+		}()
+	}
+}
+
+// Close stops listening, ends the connections and removes the directory.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.ln.Close()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	os.RemoveAll(s.dir)
+}
+
+// Files are the read-only files placed inside: the known_hosts with
+// exactly the allowed hosts' keys, and the ssh_config that uses it.
+func (s *Server) Files() []mounts.Op {
+	return []mounts.Op{
+		{Kind: mounts.File, Dst: InsideKnownHosts, Data: s.Policy.KnownHosts(), Mode: 0o444},
+		{Kind: mounts.File, Dst: InsideConfig, Data: SSHConfig, Mode: 0o444},
+	}
+}
+
+// Bind is the bind of the agent's socket at InsideSocket; it must come
+// after the view's socket masks (plan.Options.Served).
+func (s *Server) Bind() mounts.Op {
+	return mounts.Op{Kind: mounts.Bind, Src: s.Socket, Dst: InsideSocket}
+}
+
+// Env is the environment that points ssh and git at the agent and the
+// files inside.
+func (s *Server) Env() [][2]string {
+	return [][2]string{{"SSH_AUTH_SOCK", InsideSocket}, {"GIT_SSH_COMMAND", GitSSHCommand}}
+}
