@@ -109,6 +109,10 @@ type Jail struct {
 	watchSock    *os.File
 	closed       atomic.Bool
 	failedClosed atomic.Bool
+
+	// Reach changed while running (reach_live.go).
+	names *liveNames // nil: no domain allowlist, or not yet attached
+	reach reachState // under upd
 }
 
 // New returns a Jail for setup; nothing runs until Attach.
@@ -196,7 +200,7 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		OnEvict:        j.recordEvict,
 		MaxRelayMemory: j.opts.MaxRelayMemory,
 		UDPIdleTimeout: j.opts.UDPIdleTimeout,
-		Names:          j.setup.Names,
+		Names:          j.nameConfig(),
 		Logf:           logf(j.opts.Logger),
 		IPv6Ready:      j.ipv6Ready(),
 	})
@@ -372,6 +376,9 @@ func (j *Jail) Close() {
 			}
 			if via != "" {
 				fmt.Fprintln(j.opts.Summary, "claude-sandbox:", via)
+			}
+			if r := j.reachSummary(); r != "" {
+				fmt.Fprintln(j.opts.Summary, "claude-sandbox:", r)
 			}
 			if evicts > 0 {
 				fmt.Fprintf(j.opts.Summary, "claude-sandbox: %d UDP flows evicted at the cap of %d flows (least recently used first)\n", evicts, j.maxUDPFlows())

@@ -194,6 +194,11 @@ func describe(b []byte) []string {
 func (j *Jail) refresh(reasons []string, change *hostChange) {
 	j.upd.Lock()
 	defer j.upd.Unlock()
+	j.refreshLocked(reasons, change)
+}
+
+// refreshLocked is refresh with j.upd held.
+func (j *Jail) refreshLocked(reasons []string, change *hostChange) {
 	if j.isFailed() {
 		return
 	}

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/control"
 	_ "github.com/claude-sandbox/claude-sandbox/internal/covrun" // a coverage build's GOCOVERDIR (tests only)
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
@@ -36,6 +37,7 @@ var subcommandHelp = map[string]string{
 	"run": runHelp, "plan": runHelp, "install": installHelp, "uninstall": installHelp,
 	"promote": promoteHelp, "doctor": doctorHelp, "gate": gateHelp, "verify": verifyHelp,
 	"version": versionHelp, "help": mainHelp, "completion": completionHelp, "man": manHelp,
+	"ps": psHelp, "allow": allowHelp, "revoke": allowHelp,
 }
 
 func main() {
@@ -86,6 +88,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return verifyMain(args[1:], stdout, stderr)
 	case "version":
 		return versionMain(args[1:], stdout, stderr)
+	case "ps":
+		return psMain(args[1:], stdout, stderr)
+	case "allow", "revoke":
+		return allowMain(args[0], args[1:], stdout, stderr)
 	case "completion":
 		return completionMain(args[1:], stdout, stderr)
 	case "man":
@@ -170,6 +176,7 @@ type runExtras struct {
 	debug         bool          // --debug, or the shadow's debug key
 	debugFile     string        // --debug-file; "": stderr
 	osc52         bool          // --osc52 allow, or the shadow's osc52 key
+	workspace     string        // the shadow's workspace, for ps
 }
 
 // launch builds the plan from opts (with the egress jail's setup when the
@@ -293,6 +300,18 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			jo.Log, jo.Summary = f, nil
 		}
 		nopts.Jail = jail.New(setup, jo)
+	}
+	// The control socket (claude-sandbox ps, allow, revoke), before the
+	// start: the started line names its id.
+	cs := &controlStatus{id: control.NewID(), command: opts.Command, cwd: p.Dir, workspace: x.workspace, net: opts.Net, started: time.Now()}
+	if j, ok := nopts.Jail.(*jail.Jail); ok {
+		cs.jail = j
+	}
+	if ctl := startControl(cs, func(w string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", w) }); ctl != nil {
+		defer ctl.Close()
+		if sw != nil {
+			sw.id = cs.id
+		}
 	}
 	nopts.ForwardSignals = true
 	// No goroutine of this program returns locked to its thread, so no
