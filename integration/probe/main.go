@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"fmt"
-	"io"
 	"github.com/vishvananda/netlink"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
