@@ -65,7 +65,8 @@ func TestControlReach(t *testing.T) {
 		bin := testutil.Build(t, "./cmd/claude-sandbox")
 		probe := testutil.Build(t, "./integration/probe")
 		l.echoTCP(l.world, labDevice+":5064")
-		s := l.startLive(t, uid, "")
+		audit := filepath.Join(testutil.MkdirFor(t, uid), "audit.jsonl")
+		s := l.startLive(t, uid, "", "--audit-log", audit)
 		dev := "tcp " + labDevice + ":5064"
 		if got := s.try(dev); got == "ok" {
 			t.Fatalf("control: %s passes before any allow", dev)
@@ -180,6 +181,20 @@ func TestControlReach(t *testing.T) {
 		log, _ := os.ReadFile(s.log)
 		if !strings.Contains(string(log), "claude-sandbox allow ip "+labDevice+"/32") || !strings.Contains(string(log), "claude-sandbox revoke ip "+labDevice+"/32") {
 			t.Errorf("the block log lacks the changes:\n%s", log)
+		}
+		// The audit log: the refusal, the flow allowed (by the rule
+		// allow added), the reach changes, the policy changes.
+		ab, _ := os.ReadFile(audit)
+		for _, want := range []string{
+			`"event":"flow","proto":"tcp","addr":"` + labDevice + `","port":5064,"verdict":"refused","rule":"private range 10.0.0.0/8"`,
+			`"event":"flow","proto":"tcp","addr":"` + labDevice + `","port":5064,"verdict":"allowed","rule":"allow-ip ` + labDevice + `"`,
+			`"event":"reach","change":"allow ip ` + labDevice + `/32"`,
+			`"event":"reach","change":"revoke ip ` + labDevice + `/32"`,
+			`"sandbox":"` + st.ID + `"`,
+		} {
+			if !strings.Contains(string(ab), want) {
+				t.Errorf("the audit log lacks %s:\n%s", want, ab)
+			}
 		}
 		if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 			t.Errorf("the socket outlived its launcher: %v", err)

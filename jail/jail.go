@@ -67,6 +67,9 @@ type Options struct {
 	// MaxRelayMemory bounds the TCP relay's buffers across all flows, in
 	// bytes; 0: userstack.DefaultMaxRelayMemory.
 	MaxRelayMemory int
+	// Audit, when set, receives every flow decision and reach or policy
+	// change (audit.go). The caller closes it after Close.
+	Audit *Audit
 	// Logger, when set, receives the jail's and the relay's diagnostics
 	// at debug level (--debug): blocks as they are recorded, live policy
 	// changes, and what the relay reports about its flows.
@@ -193,6 +196,7 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		HostPorts:  j.opts.HostPorts,
 		Inbound:    len(j.opts.Publish) > 0,
 		OnBlock:    j.record,
+		OnFlow:     j.auditFlow(),
 		Pinger:     userstack.HostPinger{},
 		// Evictions are logged in the block log's format but are not
 		// blocks: the summary counts them apart.
@@ -283,6 +287,7 @@ func (j *Jail) record(b netpolicy.Block) {
 	}
 	j.mu.Unlock()
 	j.debug("blocked", "proto", b.Proto, "dst", b.Dst, "rule", b.Rule)
+	j.opts.Audit.block(b)
 	if j.log != nil {
 		_ = j.log.Record(b)
 	}

@@ -272,6 +272,7 @@ func (j *Jail) logChange(c netpolicy.Change) {
 	if j.log != nil {
 		_ = j.log.RecordChange(c)
 	}
+	j.opts.Audit.change(c)
 	if j.opts.OnChange != nil {
 		j.opts.OnChange(c)
 	}

@@ -214,6 +214,7 @@ func (j *Jail) ChangeReach(allow bool, ips, domains []string) ([]string, error) 
 	now := time.Now()
 	for _, d := range done {
 		j.reach.log = append(j.reach.log, now.Format("15:04:05")+" "+d)
+		j.opts.Audit.Write(AuditRecord{Time: now, Event: "reach", Change: d})
 		if strings.Contains(d, " domain ") {
 			// Names are not in the blocked set: logged here.
 			ev := "allowed"
@@ -256,4 +257,12 @@ func (j *Jail) reachSummary() string {
 		return ""
 	}
 	return "reach changed while running: " + strings.Join(j.reach.log, "; ")
+}
+
+// auditFlow is the userstack's OnFlow: nil without an audit log.
+func (j *Jail) auditFlow() func(userstack.Flow) {
+	if j.opts.Audit == nil {
+		return nil
+	}
+	return j.opts.Audit.flow
 }

@@ -73,6 +73,8 @@ func TestParseConfig(t *testing.T) {
 		{"bare debug", "debug\n", with(func(c *Config) { c.Debug = true }), ""},
 		{"debug-file", "debug-file = /var/log/cs.log\n", with(func(c *Config) { c.Debug, c.DebugFile = true, "/var/log/cs.log" }), ""},
 		{"relative debug-file", "debug-file = cs.log\n", Config{}, "f:1: debug-file:"},
+		{"audit-log", "audit-log = /var/log/cs-audit.jsonl\n", with(func(c *Config) { c.AuditLog = "/var/log/cs-audit.jsonl" }), ""},
+		{"relative audit-log", "audit-log = a.jsonl\n", Config{}, "f:1: audit-log:"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -192,6 +194,7 @@ func TestConfigKeysTable(t *testing.T) {
 		"osc52":              "osc52 = allow",
 		"debug":              "debug",
 		"debug-file":         "debug-file = /var/log/cs.log",
+		"audit-log":          "audit-log = /var/log/cs-audit.jsonl",
 	}
 	_, err := ParseConfig("f", strings.NewReader("no-such-key = 1\n"))
 	if err == nil {

@@ -154,7 +154,7 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 	} else if r.opts.Chdir == "" && verb == "run" {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: the current directory cannot be found (%v): starting in /\n", err)
 	}
-	x := runExtras{logBlocked: r.logBlocked, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
+	x := runExtras{logBlocked: r.logBlocked, auditLog: r.auditLog, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
 	if r.statusFD >= 0 {
 		f, err := openStatusFD(r.statusFD)
 		if err != nil {
@@ -169,6 +169,7 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 // runExtras are the run's reporting choices, beside the plan.
 type runExtras struct {
 	logBlocked    string        // --log-blocked FILE
+	auditLog      string        // --audit-log FILE, or the shadow's audit-log key
 	status        *os.File      // --json-status-fd
 	statusBlocked bool          // --json-status-blocked
 	udpFlows      int           // --udp-flows; 0: the jail's default
@@ -274,6 +275,10 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		logger.Debug("launch", "verb", verb, "net", opts.Net, "jail", setup != nil)
 		nopts.Logger = logger
 	}
+	sandboxID := control.NewID()
+	if x.auditLog != "" && setup == nil {
+		fmt.Fprintf(stderr, "claude-sandbox: warning: --audit-log records the egress jail's decisions; with --net=%s there is no jail and nothing is recorded\n", opts.Net)
+	}
 	if setup != nil {
 		for _, w := range setup.Warnings {
 			fmt.Fprintln(stderr, "claude-sandbox: warning:", w+warningHint(w, rt))
@@ -299,11 +304,19 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			defer f.Close()
 			jo.Log, jo.Summary = f, nil
 		}
+		if x.auditLog != "" {
+			a, err := jail.OpenAudit(x.auditLog, sandboxID, 0)
+			if err != nil {
+				return fail(2, "claude-sandbox %s: --audit-log: %v", verb, err)
+			}
+			defer a.Close()
+			jo.Audit = a
+		}
 		nopts.Jail = jail.New(setup, jo)
 	}
 	// The control socket (claude-sandbox ps, allow, revoke), before the
 	// start: the started line names its id.
-	cs := &controlStatus{id: control.NewID(), command: opts.Command, cwd: p.Dir, workspace: x.workspace, net: opts.Net, started: time.Now()}
+	cs := &controlStatus{id: sandboxID, command: opts.Command, cwd: p.Dir, workspace: x.workspace, net: opts.Net, started: time.Now()}
 	if j, ok := nopts.Jail.(*jail.Jail); ok {
 		cs.jail = j
 	}

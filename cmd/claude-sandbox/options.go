@@ -134,6 +134,9 @@ PORT; the server inside must listen on 0.0.0.0 or
 the sandbox's address (repeatable; --net=jail only)`},
 	{name: "--log-blocked", args: []string{"FILE"}, section: secNet, help: `append every blocked flow to FILE as a JSON line
 (otherwise a summary is printed when the command ends)`},
+	{name: "--audit-log", args: []string{"FILE"}, section: secNet, help: `append every flow decision (allowed and refused) and
+every reach change to FILE as JSON lines, written
+outside the sandbox; at 16 MiB FILE becomes FILE.1`},
 	{name: "--udp-flows", args: []string{"N"}, section: secNet, help: `at most N UDP flows at once (default 512); at the cap
 the least recently used is evicted, and recorded`},
 	{name: "--udp-idle-timeout", args: []string{"DURATION"}, section: secNet, help: `an idle UDP flow keeps its host port this long

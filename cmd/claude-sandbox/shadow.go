@@ -104,7 +104,7 @@ func shadowMain(args []string, dryRun bool, stdout, stderr io.Writer) int {
 	// tree, bounded (internal/beneath).
 	host := watchHost(in.Home, l.Workspace)
 	before := shadow.Take(l.Watch, host)
-	code := launch("claude", l.Options, runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile, osc52: cfg.OSC52, workspace: l.Workspace}, dryRun, stdout, stderr)
+	code := launch("claude", l.Options, runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile, osc52: cfg.OSC52, workspace: l.Workspace, auditLog: cfg.AuditLog}, dryRun, stdout, stderr)
 	reportChanges(in.Home, shadow.Changes(before, shadow.Take(l.Watch, host)), stderr)
 	return code
 }
