@@ -10,7 +10,9 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/control"
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/mounts"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
@@ -117,6 +119,14 @@ type Spec struct {
 	// degraded /proc, a jail without DNS); nil drops them.
 	Warn func(string)
 
+	// AuditLog, when set, is a file the jail appends every flow decision
+	// and reach change to, one JSON line each, as run's --audit-log
+	// (created 0600; 16 MiB, then renamed AuditLog.1). NetJail only.
+	AuditLog string
+	// NoControl turns off the control socket every sandbox serves while
+	// it runs (claude-sandbox ps, allow and revoke; [Sandbox.ID]).
+	NoControl bool
+
 	// StageExe is the binary re-executed as the sandbox's stages; empty
 	// means this program. See the package documentation (cgo).
 	StageExe string
@@ -168,6 +178,8 @@ type Sandbox struct {
 	pr    *nsexec.Process
 	addrs Addresses
 	ev    *eventQueue
+	id    string
+	jail  *jail.Jail
 
 	done chan struct{}
 	code int
@@ -221,7 +233,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	if warn == nil {
 		warn = func(string) {}
 	}
-	s := &Sandbox{done: make(chan struct{}), ev: newEventQueue(spec.OnEvent)}
+	s := &Sandbox{done: make(chan struct{}), ev: newEventQueue(spec.OnEvent), id: control.NewID()}
 	nopts := nsexec.Options{TTY: nsexec.TTYAuto, Warn: warn, StageExe: exe}
 	var setup *jail.Setup
 	var jopts jail.Options
@@ -257,14 +269,37 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 				return nil, fmt.Errorf("sandbox: %w", err)
 			}
 		}
-		nopts.Jail = jail.New(setup, jopts)
+		if spec.AuditLog != "" {
+			a, err := jail.OpenAudit(spec.AuditLog, s.id, 0)
+			if err != nil {
+				return nil, fmt.Errorf("sandbox: AuditLog: %w", err)
+			}
+			jopts.Audit = a
+		}
+		s.jail = jail.New(setup, jopts)
+		nopts.Jail = s.jail
+	}
+	if spec.AuditLog != "" && setup == nil {
+		warn("AuditLog records the egress jail's decisions: without the jail (Net " + string(spec.Net) + ") nothing is recorded")
+	}
+	var ctl *control.Server
+	if !spec.NoControl {
+		l := &control.Launcher{ID: s.id, Command: spec.Command, Cwd: p.Dir, Net: string(spec.Net), Started: time.Now(), Jail: s.jail}
+		if ctl, err = l.Serve(); err != nil {
+			warn(fmt.Sprintf("no control socket (claude-sandbox ps, allow and revoke will not see this sandbox): %v", err))
+		}
 	}
 	// A launch that fails before the jail attaches leaves the published
-	// sockets open: close them (a second Close does nothing).
+	// sockets open: close them (a second Close does nothing); so the
+	// control socket and the audit log.
 	closePublished := func() {
 		for _, pb := range jopts.Publish {
 			pb.Close()
 		}
+		if ctl != nil {
+			ctl.Close()
+		}
+		_ = jopts.Audit.Close()
 	}
 	st, err := newStdio(spec.Stdin, spec.Stdout, spec.Stderr)
 	if err != nil {
@@ -284,6 +319,10 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	s.pr = pr
 	go func() {
 		s.code, s.err = pr.Wait()
+		if ctl != nil {
+			ctl.Close()
+		}
+		_ = jopts.Audit.Close()
 		st.wait()
 		s.ev.exit(s.code, s.err)
 		s.ev.close()
@@ -324,6 +363,28 @@ func (s *Sandbox) InitPID() int { return s.pr.InitPID() }
 // (user, mnt, pid, net, ipc, uts, cgroup), as ls -i /proc/PID/ns shows
 // them. Valid while the sandbox runs.
 func (s *Sandbox) Namespaces() (map[string]uint64, error) { return s.pr.Namespaces() }
+
+// ID is the sandbox's id, as claude-sandbox ps lists it.
+func (s *Sandbox) ID() string { return s.id }
+
+// Allow lets the running sandbox reach addresses or CIDRs (ips, as
+// Spec.Allow in text) and names (domains, as Spec.AllowDomains; the
+// sandbox must have a domain allowlist), as claude-sandbox allow does: in
+// force for the next flow once it returns. It returns the changes made.
+func (s *Sandbox) Allow(ips, domains []string) ([]string, error) {
+	if s.jail == nil {
+		return nil, errors.New("sandbox: Allow: the sandbox has no egress jail")
+	}
+	return s.jail.ChangeReach(true, ips, domains)
+}
+
+// Revoke takes back entries allowed at the start or since (Allow).
+func (s *Sandbox) Revoke(ips, domains []string) ([]string, error) {
+	if s.jail == nil {
+		return nil, errors.New("sandbox: Revoke: the sandbox has no egress jail")
+	}
+	return s.jail.ChangeReach(false, ips, domains)
+}
 
 // Addresses are the egress jail's addresses; zero without the jail.
 func (s *Sandbox) Addresses() Addresses { return s.addrs }

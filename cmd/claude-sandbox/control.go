@@ -8,11 +8,8 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/control"
-	"github.com/claude-sandbox/claude-sandbox/jail"
-	"github.com/claude-sandbox/claude-sandbox/plan"
 )
 
 // The control channel (internal/control): every launcher serves its own
@@ -57,49 +54,10 @@ func newAllowFlags(name string) (*flag.FlagSet, *stringList, *stringList, *strin
 	return f, &ips, &domains, &hostPorts
 }
 
-// controlStatus is what a launcher says of itself.
-type controlStatus struct {
-	id        string
-	command   []string
-	cwd       string
-	workspace string
-	net       plan.Net
-	started   time.Time
-	jail      *jail.Jail
-}
-
 // startControl serves the launcher's control socket; nil (and a warning)
 // when it cannot: the sandbox runs all the same, without ps or allow.
-func startControl(cs *controlStatus, warn func(string)) *control.Server {
-	h := func(req control.Request) control.Response {
-		switch req.Op {
-		case control.OpStatus:
-			st := &control.Status{ID: cs.id, PID: os.Getpid(), Command: cs.command, Cwd: cs.cwd, Workspace: cs.workspace, Net: string(cs.net), Started: cs.started}
-			if st.Net == "" {
-				st.Net = string(plan.NetJail)
-			}
-			if cs.jail != nil {
-				st.Blocked = cs.jail.Blocked()
-				st.Allowed, st.Revoked = cs.jail.ReachEntries()
-				st.Names = cs.jail.HasNames()
-			}
-			return control.Response{OK: true, Status: st}
-		case control.OpAllow, control.OpRevoke:
-			if cs.jail == nil {
-				return control.Response{Error: fmt.Sprintf("sandbox %s runs with --net=%s, without the egress jail: its reach cannot change", cs.id, cs.net)}
-			}
-			if len(req.HostPort) > 0 {
-				return control.Response{Error: "--host-port cannot change while a sandbox runs yet: give it at launch (--allow-host-port)"}
-			}
-			changes, err := cs.jail.ChangeReach(req.Op == control.OpAllow, req.IP, req.Domain)
-			if err != nil {
-				return control.Response{Error: err.Error()}
-			}
-			return control.Response{OK: true, Changes: changes}
-		}
-		return control.Response{Error: fmt.Sprintf("unknown request %q", req.Op)}
-	}
-	s, err := control.Listen(cs.id, h)
+func startControl(l *control.Launcher, warn func(string)) *control.Server {
+	s, err := l.Serve()
 	if err != nil {
 		warn(fmt.Sprintf("no control socket (claude-sandbox ps, allow and revoke will not see this sandbox): %v", err))
 		return nil

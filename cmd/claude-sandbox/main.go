@@ -316,14 +316,14 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	// The control socket (claude-sandbox ps, allow, revoke), before the
 	// start: the started line names its id.
-	cs := &controlStatus{id: sandboxID, command: opts.Command, cwd: p.Dir, workspace: x.workspace, net: opts.Net, started: time.Now()}
+	cs := &control.Launcher{ID: sandboxID, Command: opts.Command, Cwd: p.Dir, Workspace: x.workspace, Net: string(opts.Net), Started: time.Now()}
 	if j, ok := nopts.Jail.(*jail.Jail); ok {
-		cs.jail = j
+		cs.Jail = j
 	}
 	if ctl := startControl(cs, func(w string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", w) }); ctl != nil {
 		defer ctl.Close()
 		if sw != nil {
-			sw.id = cs.id
+			sw.id = cs.ID
 		}
 	}
 	nopts.ForwardSignals = true
