@@ -49,12 +49,12 @@ func (j *Jail) nameConfig() *userstack.NameConfig {
 		return nil
 	}
 	if j.names == nil {
-		j.names = &liveNames{}
 		d, ok := j.setup.Names.Rules.(*netpolicy.Domains)
 		if !ok {
 			// Rules of the embedder's own: used as they are.
 			return j.setup.Names
 		}
+		j.names = &liveNames{}
 		j.names.cur.Store(d)
 	}
 	nc := *j.setup.Names
@@ -144,7 +144,7 @@ func (j *Jail) ChangeReach(allow bool, ips, domains []string) ([]string, error) 
 	j.mu.Lock()
 	attached := j.ns != nil
 	j.mu.Unlock()
-	if !attached {
+	if !attached && len(pfxs) > 0 {
 		return nil, errors.New("the sandbox's network is not up yet: try again")
 	}
 	st := j.reach
