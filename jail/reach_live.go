@@ -48,6 +48,10 @@ func (j *Jail) nameConfig() *userstack.NameConfig {
 	if j.setup.Names == nil {
 		return nil
 	}
+	// A request through the control socket may come while the stack
+	// attaches.
+	j.upd.Lock()
+	defer j.upd.Unlock()
 	if j.names == nil {
 		d, ok := j.setup.Names.Rules.(*netpolicy.Domains)
 		if !ok {
