@@ -201,3 +201,39 @@ func TestControlReach(t *testing.T) {
 		}
 	})
 }
+
+// TestControlReachDomain: in a sandbox started with a domain allowlist,
+// `allow ID --domain` lets the next lookup and connection to a name
+// through, and `revoke` refuses it again.
+func TestControlReachDomain(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		bin := testutil.Build(t, "./cmd/claude-sandbox")
+		d := &namesLab{names: map[string]string{"api.test.": labInternet, "other.test.": labInternet}}
+		l.serveNames(l.world, labDNS+":53", d)
+		l.echoTCP(l.world, labInternet+":7000")
+		s := l.startLive(t, uid, "", "--allow-domain", "api.test")
+		if got := s.try("tcp-name api.test:7000"); got != "ok" {
+			t.Fatalf("control: api.test: %s", got)
+		}
+		other := "tcp-name other.test:7000"
+		if got := s.try(other); got == "ok" {
+			t.Fatalf("%s passes before any allow", other)
+		}
+		st := psFind(t, bin, uid, "egressprobe")
+		if !st.Names {
+			t.Errorf("ps: no domain allowlist: %+v", st)
+		}
+		if out, err := hostAs(uid, bin, "allow", st.ID, "--domain", "other.test:7000").CombinedOutput(); err != nil {
+			t.Fatalf("allow --domain: %v: %s", err, out)
+		}
+		if got := s.try(other); got != "ok" {
+			t.Errorf("%s after allow: %s", other, got)
+		}
+		if out, err := hostAs(uid, bin, "revoke", st.ID, "--domain", "other.test:7000").CombinedOutput(); err != nil {
+			t.Fatalf("revoke --domain: %v: %s", err, out)
+		}
+		if got := s.try(other); got == "ok" {
+			t.Errorf("%s passes after revoke", other)
+		}
+	})
+}
