@@ -237,3 +237,38 @@ func TestControlReachDomain(t *testing.T) {
 		}
 	})
 }
+
+// TestControlReachSummary: the exit summary names the reach changed
+// while the sandbox ran.
+func TestControlReachSummary(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		bin := testutil.Build(t, "./cmd/claude-sandbox")
+		cmd := l.jailCmd(uid, bin, "run", "--", "/bin/sh", "-c", "read x")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { in.Close(); _ = cmd.Wait() }()
+		st := psFind(t, bin, uid, "read x")
+		var out []byte
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			// Until the jail is attached ("not up yet").
+			if out, err = hostAs(uid, bin, "allow", st.ID, "--ip", labDevice).CombinedOutput(); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("allow: %v: %s", err, out)
+		}
+		in.Close()
+		_ = cmd.Wait()
+		if !strings.Contains(stderr.String(), "claude-sandbox: reach changed while running: ") || !strings.Contains(stderr.String(), "allow ip "+labDevice+"/32") {
+			t.Errorf("the exit summary does not name the change:\n%s", stderr.String())
+		}
+	})
+}
