@@ -61,6 +61,9 @@ type Options struct {
 	// MaxRelayMemory bounds the TCP relay's buffers across all flows, in
 	// bytes; 0: userstack.DefaultMaxRelayMemory.
 	MaxRelayMemory int
+	// Audit, when set, receives every flow decision and reach or policy
+	// change (audit.go). The caller closes it after Close.
+	Audit *Audit
 	// Logger, when set, receives the jail's and the relay's diagnostics
 	// at debug level (--debug): blocks as they are recorded, live policy
 	// changes, and what the relay reports about its flows.
@@ -111,6 +114,10 @@ type Jail struct {
 	watchSock    *os.File
 	closed       atomic.Bool
 	failedClosed atomic.Bool
+
+	// Reach changed while running (reach_live.go).
+	names *liveNames // nil: no domain allowlist, or not yet attached
+	reach reachState // under upd
 }
 
 // New returns a Jail for setup; nothing runs until Attach.
@@ -194,6 +201,7 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		HostPorts:  j.opts.HostPorts,
 		Inbound:    len(j.opts.Publish) > 0,
 		OnBlock:    j.record,
+		OnFlow:     j.auditFlow(),
 		Pinger:     userstack.HostPinger{},
 		// Evictions are logged in the block log's format but are not
 		// blocks: the summary counts them apart.
@@ -201,7 +209,7 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		OnEvict:        j.recordEvict,
 		MaxRelayMemory: j.opts.MaxRelayMemory,
 		UDPIdleTimeout: j.opts.UDPIdleTimeout,
-		Names:          j.setup.Names,
+		Names:          j.nameConfig(),
 		Logf:           logf(j.opts.Logger),
 		IPv6Ready:      j.ipv6Ready(),
 	})
@@ -284,6 +292,7 @@ func (j *Jail) record(b netpolicy.Block) {
 	}
 	j.mu.Unlock()
 	j.debug("blocked", "proto", b.Proto, "dst", b.Dst, "rule", b.Rule)
+	j.opts.Audit.block(b)
 	if j.log != nil {
 		_ = j.log.Record(b)
 	}
@@ -377,6 +386,9 @@ func (j *Jail) Close() {
 			}
 			if via != "" {
 				fmt.Fprintln(j.opts.Summary, "claude-sandbox:", via)
+			}
+			if r := j.reachSummary(); r != "" {
+				fmt.Fprintln(j.opts.Summary, "claude-sandbox:", r)
 			}
 			if evicts > 0 {
 				fmt.Fprintf(j.opts.Summary, "claude-sandbox: %d UDP flows evicted at the cap of %d flows (least recently used first)\n", evicts, j.maxUDPFlows())

@@ -194,6 +194,11 @@ func describe(b []byte) []string {
 func (j *Jail) refresh(reasons []string, change *hostChange) {
 	j.upd.Lock()
 	defer j.upd.Unlock()
+	j.refreshLocked(reasons, change)
+}
+
+// refreshLocked is refresh with j.upd held.
+func (j *Jail) refreshLocked(reasons []string, change *hostChange) {
 	if j.isFailed() {
 		return
 	}
@@ -267,6 +272,7 @@ func (j *Jail) logChange(c netpolicy.Change) {
 	if j.log != nil {
 		_ = j.log.RecordChange(c)
 	}
+	j.opts.Audit.change(c)
 	if j.opts.OnChange != nil {
 		j.opts.OnChange(c)
 	}

@@ -75,6 +75,9 @@ type Setup struct {
 	// deps is what the NAT64 answer may depend on, as the host was when
 	// the setup was decided.
 	deps nat64Deps
+	// Allow entries added and launch-time ones revoked while running
+	// (reach_live.go; changed under the jail's upd only).
+	extraAllow, revoked []netip.Prefix
 }
 
 // addrCandidates are the /24s the jail's own addresses come from, tried in
@@ -211,6 +214,10 @@ func (s *Setup) build(facts HostFacts) (*netpolicy.Policy, routes.Plan, error) {
 	cfg := s.policyCfg
 	// The user's internet ranges stay as given at launch.
 	cfg.ConnectedSubnets, cfg.HostRoutes, cfg.ViaDefault, cfg.NAT64 = facts.Connected, facts.Routed, facts.ViaDefault, facts.NAT64
+	if len(s.extraAllow) > 0 || len(s.revoked) > 0 {
+		cfg.Allow = slices.DeleteFunc(slices.Clone(cfg.Allow), func(p netip.Prefix) bool { return slices.Contains(s.revoked, p) })
+		cfg.Allow = append(cfg.Allow, s.extraAllow...)
+	}
 	pol, err := netpolicy.New(cfg)
 	if err != nil {
 		return nil, routes.Plan{}, fmt.Errorf("egress policy: %w", err)

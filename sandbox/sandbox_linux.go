@@ -12,7 +12,9 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/control"
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/mounts"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
@@ -132,6 +134,14 @@ type Spec struct {
 	// degraded /proc, a jail without DNS); nil drops them.
 	Warn func(string)
 
+	// AuditLog, when set, is a file the jail appends every flow decision
+	// and reach change to, one JSON line each, as run's --audit-log
+	// (created 0600; 16 MiB, then renamed AuditLog.1). NetJail only.
+	AuditLog string
+	// NoControl turns off the control socket every sandbox serves while
+	// it runs (claude-sandbox ps, allow and revoke; [Sandbox.ID]).
+	NoControl bool
+
 	// StageExe is the binary re-executed as the sandbox's stages; empty
 	// means this program. See the package documentation (cgo).
 	StageExe string
@@ -204,6 +214,8 @@ type Sandbox struct {
 	addrs Addresses
 	ev    *eventQueue
 	agent *sshagent.Server
+	id    string
+	jail  *jail.Jail
 
 	done chan struct{}
 	code int
@@ -263,7 +275,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	if warn == nil {
 		warn = func(string) {}
 	}
-	s := &Sandbox{done: make(chan struct{}), ev: newEventQueue(spec.OnEvent)}
+	s := &Sandbox{done: make(chan struct{}), ev: newEventQueue(spec.OnEvent), id: control.NewID()}
 	if a := spec.SSHAgent; a != nil {
 		files := a.KnownHosts
 		if files == nil {
@@ -333,14 +345,41 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 				return nil, fmt.Errorf("sandbox: %w", err)
 			}
 		}
-		nopts.Jail = jail.New(setup, jopts)
+		if spec.AuditLog != "" {
+			a, err := jail.OpenAudit(spec.AuditLog, s.id, 0)
+			if err != nil {
+				for _, pb := range jopts.Publish {
+					pb.Close()
+				}
+				closeAgent()
+				return nil, fmt.Errorf("sandbox: AuditLog: %w", err)
+			}
+			jopts.Audit = a
+		}
+		s.jail = jail.New(setup, jopts)
+		nopts.Jail = s.jail
+	}
+	if spec.AuditLog != "" && setup == nil {
+		warn("AuditLog records the egress jail's decisions: without the jail (Net " + string(spec.Net) + ") nothing is recorded")
+	}
+	var ctl *control.Server
+	if !spec.NoControl {
+		l := &control.Launcher{ID: s.id, Command: spec.Command, Cwd: p.Dir, Net: string(spec.Net), Started: time.Now(), Jail: s.jail}
+		if ctl, err = l.Serve(); err != nil {
+			warn(fmt.Sprintf("no control socket (claude-sandbox ps, allow and revoke will not see this sandbox): %v", err))
+		}
 	}
 	// A launch that fails before the jail attaches leaves the published
-	// sockets open: close them (a second Close does nothing).
+	// sockets open: close them (a second Close does nothing); so the
+	// control socket and the audit log.
 	closePublished := func() {
 		for _, pb := range jopts.Publish {
 			pb.Close()
 		}
+		if ctl != nil {
+			ctl.Close()
+		}
+		_ = jopts.Audit.Close()
 	}
 	st, err := newStdio(spec.Stdin, spec.Stdout, spec.Stderr)
 	if err != nil {
@@ -363,6 +402,10 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	go func() {
 		s.code, s.err = pr.Wait()
 		closeAgent()
+		if ctl != nil {
+			ctl.Close()
+		}
+		_ = jopts.Audit.Close()
 		st.wait()
 		s.ev.exit(s.code, s.err)
 		s.ev.close()
@@ -412,6 +455,28 @@ func (s *Sandbox) SSHAgentSummary() string {
 		return ""
 	}
 	return s.agent.Policy.Summary()
+}
+
+// ID is the sandbox's id, as claude-sandbox ps lists it.
+func (s *Sandbox) ID() string { return s.id }
+
+// Allow lets the running sandbox reach addresses or CIDRs (ips, as
+// Spec.Allow in text) and names (domains, as Spec.AllowDomains; the
+// sandbox must have a domain allowlist), as claude-sandbox allow does: in
+// force for the next flow once it returns. It returns the changes made.
+func (s *Sandbox) Allow(ips, domains []string) ([]string, error) {
+	if s.jail == nil {
+		return nil, errors.New("sandbox: Allow: the sandbox has no egress jail")
+	}
+	return s.jail.ChangeReach(true, ips, domains)
+}
+
+// Revoke takes back entries allowed at the start or since (Allow).
+func (s *Sandbox) Revoke(ips, domains []string) ([]string, error) {
+	if s.jail == nil {
+		return nil, errors.New("sandbox: Revoke: the sandbox has no egress jail")
+	}
+	return s.jail.ChangeReach(false, ips, domains)
 }
 
 // Addresses are the egress jail's addresses; zero without the jail.

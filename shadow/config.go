@@ -71,6 +71,9 @@ type Config struct {
 	// to stderr or (DebugFile set) appended to DebugFile.
 	Debug     bool   `json:"debug,omitempty"`
 	DebugFile string `json:"debugFile,omitempty"`
+	// AuditLog is run's --audit-log: every flow decision and reach change
+	// of the session, one JSON line each, written by the launcher.
+	AuditLog string `json:"auditLog,omitempty"`
 	// OSC52 is run's --osc52 allow: Claude Code may write the host
 	// terminal's clipboard when that terminal is its input. Off by
 	// default: a clipboard the sandbox filled is pasted into the host's
@@ -304,6 +307,7 @@ var configKeys = []configKey{
 		c.Debug, c.DebugFile = true, p
 		return nil
 	}},
+	{"audit-log", func(c *Config, v configValue) error { return setPath(&c.AuditLog, v) }},
 }
 
 func (c *Config) set(key, value string, hasValue bool) error {

@@ -74,6 +74,8 @@ func TestParseConfig(t *testing.T) {
 		{"bare debug", "debug\n", with(func(c *Config) { c.Debug = true }), ""},
 		{"debug-file", "debug-file = /var/log/cs.log\n", with(func(c *Config) { c.Debug, c.DebugFile = true, "/var/log/cs.log" }), ""},
 		{"relative debug-file", "debug-file = cs.log\n", Config{}, "f:1: debug-file:"},
+		{"audit-log", "audit-log = /var/log/cs-audit.jsonl\n", with(func(c *Config) { c.AuditLog = "/var/log/cs-audit.jsonl" }), ""},
+		{"relative audit-log", "audit-log = a.jsonl\n", Config{}, "f:1: audit-log:"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -203,6 +205,7 @@ func TestConfigKeysTable(t *testing.T) {
 		"ssh-host-key":       "ssh-host-key = github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
 		"debug":              "debug",
 		"debug-file":         "debug-file = /var/log/cs.log",
+		"audit-log":          "audit-log = /var/log/cs-audit.jsonl",
 	}
 	_, err := ParseConfig("f", strings.NewReader("no-such-key = 1\n"))
 	if err == nil {

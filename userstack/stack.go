@@ -148,6 +148,10 @@ type Config struct {
 	// counted ([Stack.EvictRecordsDropped]); every eviction is counted in
 	// [Stack.UDPEvictions].
 	OnEvict func(netpolicy.Block)
+	// OnFlow, when set, is told of every new TCP flow let through, from
+	// the event loop (it must return quickly): the audit log's allowed
+	// flows (flowhook.go).
+	OnFlow func(Flow)
 	// MaxRelayMemory bounds the bytes the TCP relay buffers across all
 	// flows (see mem.go), the connections into the sandbox's buffers
 	// included (publish.go); default DefaultMaxRelayMemory.

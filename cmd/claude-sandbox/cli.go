@@ -27,6 +27,7 @@ type runArgs struct {
 	json       bool // plan --json
 	help       bool
 	logBlocked string
+	auditLog   string
 	// --json-status-fd (-1: none) and --json-status-blocked.
 	statusFD      int
 	statusBlocked bool
@@ -233,6 +234,12 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, err
 			}
 			r.logBlocked = v
+		case "--audit-log":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			r.auditLog = v
 		case "--debug":
 			if err := noInline(); err != nil {
 				return nil, err

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/control"
 	_ "github.com/claude-sandbox/claude-sandbox/internal/covrun" // a coverage build's GOCOVERDIR (tests only)
 	"github.com/claude-sandbox/claude-sandbox/jail"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
@@ -37,6 +38,7 @@ var subcommandHelp = map[string]string{
 	"run": runHelp, "plan": runHelp, "install": installHelp, "uninstall": installHelp,
 	"promote": promoteHelp, "doctor": doctorHelp, "gate": gateHelp, "verify": verifyHelp,
 	"version": versionHelp, "help": mainHelp, "completion": completionHelp, "man": manHelp,
+	"ps": psHelp, "allow": allowHelp, "revoke": allowHelp,
 }
 
 func main() {
@@ -87,6 +89,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return verifyMain(args[1:], stdout, stderr)
 	case "version":
 		return versionMain(args[1:], stdout, stderr)
+	case "ps":
+		return psMain(args[1:], stdout, stderr)
+	case "allow", "revoke":
+		return allowMain(args[0], args[1:], stdout, stderr)
 	case "completion":
 		return completionMain(args[1:], stdout, stderr)
 	case "man":
@@ -149,7 +155,7 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 	} else if r.opts.Chdir == "" && verb == "run" {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: the current directory cannot be found (%v): starting in /\n", err)
 	}
-	x := runExtras{logBlocked: r.logBlocked, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
+	x := runExtras{logBlocked: r.logBlocked, auditLog: r.auditLog, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
 	if len(r.sshKeys) > 0 && len(r.sshAgent) == 0 {
 		fmt.Fprintf(stderr, "claude-sandbox %s: --ssh-key needs --ssh-agent\n", verb)
 		return 2
@@ -171,6 +177,7 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 // runExtras are the run's reporting choices, beside the plan.
 type runExtras struct {
 	logBlocked    string           // --log-blocked FILE
+	auditLog      string           // --audit-log FILE, or the shadow's audit-log key
 	status        *os.File         // --json-status-fd
 	statusBlocked bool             // --json-status-blocked
 	udpFlows      int              // --udp-flows; 0: the jail's default
@@ -179,6 +186,7 @@ type runExtras struct {
 	debugFile     string           // --debug-file; "": stderr
 	osc52         bool             // --osc52 allow, or the shadow's osc52 key
 	sshAgent      *sshagent.Config // --ssh-agent, or the shadow's ssh-agent key
+	workspace     string           // the shadow's workspace, for ps
 }
 
 // launch builds the plan from opts (with the egress jail's setup when the
@@ -288,6 +296,10 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		logger.Debug("launch", "verb", verb, "net", opts.Net, "jail", setup != nil)
 		nopts.Logger = logger
 	}
+	sandboxID := control.NewID()
+	if x.auditLog != "" && setup == nil {
+		fmt.Fprintf(stderr, "claude-sandbox: warning: --audit-log records the egress jail's decisions; with --net=%s there is no jail and nothing is recorded\n", opts.Net)
+	}
 	if setup != nil {
 		for _, w := range setup.Warnings {
 			fmt.Fprintln(stderr, "claude-sandbox: warning:", w+warningHint(w, rt))
@@ -313,7 +325,27 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			defer f.Close()
 			jo.Log, jo.Summary = f, nil
 		}
+		if x.auditLog != "" {
+			a, err := jail.OpenAudit(x.auditLog, sandboxID, 0)
+			if err != nil {
+				return fail(2, "claude-sandbox %s: --audit-log: %v", verb, err)
+			}
+			defer a.Close()
+			jo.Audit = a
+		}
 		nopts.Jail = jail.New(setup, jo)
+	}
+	// The control socket (claude-sandbox ps, allow, revoke), before the
+	// start: the started line names its id.
+	cs := &control.Launcher{ID: sandboxID, Command: opts.Command, Cwd: p.Dir, Workspace: x.workspace, Net: string(opts.Net), Started: time.Now()}
+	if j, ok := nopts.Jail.(*jail.Jail); ok {
+		cs.Jail = j
+	}
+	if ctl := startControl(cs, func(w string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", w) }); ctl != nil {
+		defer ctl.Close()
+		if sw != nil {
+			sw.id = cs.ID
+		}
 	}
 	nopts.ForwardSignals = true
 	// No goroutine of this program returns locked to its thread, so no

@@ -151,6 +151,9 @@ caller's agent (a public key line, KEYTYPE BASE64, or
 a SHA256: fingerprint; repeatable; default: all)`},
 	{name: "--log-blocked", args: []string{"FILE"}, section: secNet, help: `append every blocked flow to FILE as a JSON line
 (otherwise a summary is printed when the command ends)`},
+	{name: "--audit-log", args: []string{"FILE"}, section: secNet, help: `append every flow decision (allowed and refused) and
+every reach change to FILE as JSON lines, written
+outside the sandbox; at 16 MiB FILE becomes FILE.1`},
 	{name: "--udp-flows", args: []string{"N"}, section: secNet, help: `at most N UDP flows at once (default 512); at the cap
 the least recently used is evicted, and recorded`},
 	{name: "--udp-idle-timeout", args: []string{"DURATION"}, section: secNet, help: `an idle UDP flow keeps its host port this long
@@ -287,6 +290,12 @@ var commands = []command{
 	{name: "gate", usage: "gate", summary: "the UserPromptSubmit hook: exit 2 outside the sandbox"},
 	{name: "verify", usage: "verify [--json]", summary: "prove, from inside a session, that the sandbox holds",
 		options: func() []option { return verifyOptions }},
+	{name: "ps", usage: "ps [--json]", summary: "list your running sandboxes",
+		options: func() []option { f, _ := newPsFlags(); return flagOptions(f) }},
+	{name: "allow", usage: "allow ID --ip ADDR|CIDR | --domain NAME[:PORT]", summary: "widen a running sandbox's reach",
+		options: func() []option { f, _, _, _ := newAllowFlags("allow"); return flagOptions(f) }},
+	{name: "revoke", usage: "revoke ID --ip ADDR|CIDR | --domain NAME[:PORT]", summary: "take back reach from a running sandbox",
+		options: func() []option { f, _, _, _ := newAllowFlags("revoke"); return flagOptions(f) }},
 	{name: "version", usage: "version [--json]", summary: "print the version (also --version, -V)",
 		options: func() []option { f, _ := newVersionFlags(); return flagOptions(f) }},
 	{name: "completion", usage: "completion bash|zsh|fish", summary: "print the shell completion script", args: "shells"},

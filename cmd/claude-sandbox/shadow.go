@@ -99,13 +99,13 @@ func shadowMain(args []string, dryRun bool, stdout, stderr io.Writer) int {
 	// What stayed outside, as salted digests, for verify's P12.
 	l.Options.SetEnv = append(l.Options.SetEnv, [2]string{shadow.ScrubbedEnv, shadow.Scrubbed(in.Environ, nil)})
 	if dryRun {
-		return launch("claude", l.Options, shadowExtras(cfg, in.Home), dryRun, stdout, stderr)
+		return launch("claude", l.Options, shadowExtras(cfg, in.Home, l.Workspace), dryRun, stdout, stderr)
 	}
 	// The watched files are the session's to change: read beneath their
 	// tree, bounded (internal/beneath).
 	host := watchHost(in.Home, l.Workspace)
 	before := shadow.Take(l.Watch, host)
-	code := launch("claude", l.Options, shadowExtras(cfg, in.Home), dryRun, stdout, stderr)
+	code := launch("claude", l.Options, shadowExtras(cfg, in.Home, l.Workspace), dryRun, stdout, stderr)
 	reportChanges(in.Home, shadow.Changes(before, shadow.Take(l.Watch, host)), stderr)
 	return code
 }
@@ -440,8 +440,8 @@ func gitIdentity() (name, email string) {
 
 // shadowExtras are the launch's choices the configuration makes besides
 // the plan.
-func shadowExtras(cfg shadow.Config, home string) runExtras {
-	x := runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile, osc52: cfg.OSC52}
+func shadowExtras(cfg shadow.Config, home, workspace string) runExtras {
+	x := runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile, osc52: cfg.OSC52, workspace: workspace, auditLog: cfg.AuditLog}
 	if len(cfg.SSHAgent) > 0 {
 		x.sshAgent = &sshagent.Config{Hosts: cfg.SSHAgent, Keys: cfg.SSHKey, HostKeys: cfg.SSHHostKey, KnownHosts: sshagent.KnownHostsFiles(home)}
 	}

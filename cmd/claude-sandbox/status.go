@@ -20,6 +20,7 @@ import (
 // when the sandbox could not be built or the command not started.
 type statusStarted struct {
 	Event      string            `json:"event"`
+	ID         string            `json:"id,omitempty"` // the sandbox's, for ps, allow and revoke
 	PID        int               `json:"pid"`
 	InitPID    int               `json:"init-pid"`
 	Namespaces map[string]uint64 `json:"namespaces,omitempty"`
@@ -66,7 +67,8 @@ func openStatusFD(fd int) (*os.File, error) {
 // Blocked flows seen before the started line are written after it.
 type statusWriter struct {
 	f       *os.File
-	blocked bool // write blocked lines
+	blocked bool   // write blocked lines
+	id      string // the sandbox's id (set before the start)
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -136,7 +138,7 @@ func (s *statusWriter) block(b netpolicy.Block) {
 
 // started writes the started line for pr.
 func (s *statusWriter) started(pr *nsexec.Process, setup *jail.Setup) {
-	st := statusStarted{Event: "started", PID: pr.CommandPID(), InitPID: pr.InitPID()}
+	st := statusStarted{Event: "started", ID: s.id, PID: pr.CommandPID(), InitPID: pr.InitPID()}
 	st.Namespaces, _ = pr.Namespaces()
 	if setup != nil {
 		st.Jail = &statusJail{Addr4: setup.Addr4.String(), Gateway: setup.Gateway.String()}

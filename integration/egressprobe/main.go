@@ -71,6 +71,18 @@ func run(cmd string, args []string) error {
 	case "tcp", "udp":
 		// No interface chosen: the control.
 		return dial(cmd, "", "", args[0])
+	case "tcp-name":
+		// A name, looked up through the sandbox's resolver, then a
+		// connection to it (NAME:PORT).
+		c, err := net.DialTimeout("tcp", args[0], 5*time.Second)
+		if err != nil {
+			var dnsErr *net.DNSError
+			if errors.As(err, &dnsErr) {
+				return errors.New("lookup failed")
+			}
+			return err
+		}
+		return c.Close()
 	case "tcp-bound", "udp-bound":
 		// SO_BINDTODEVICE to args[0].
 		return dial(strings.TrimSuffix(cmd, "-bound"), "bind", args[0], args[1])

@@ -15,6 +15,7 @@ import (
 
 	"fmt"
 	"github.com/vishvananda/netlink"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -123,6 +124,47 @@ func run(cmd string, args []string) error {
 			f.Close()
 		}
 		return err
+	case "control-status-new":
+		// Wait (20 s at most) for a socket to appear in the directory
+		// args[0] that was not there at the start, then as
+		// control-status: a launcher started after this sandbox, whose
+		// socket no mask of the sandbox's view covers.
+		before := map[string]bool{}
+		ents, err := os.ReadDir(args[0])
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			before[e.Name()] = true
+		}
+		fmt.Println("waiting")
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			ents, _ := os.ReadDir(args[0])
+			for _, e := range ents {
+				if !before[e.Name()] && strings.HasSuffix(e.Name(), ".sock") {
+					return run("control-status", []string{args[0] + "/" + e.Name()})
+				}
+			}
+		}
+		return errors.New("no new socket")
+	case "control-status":
+		// Ask a launcher's control socket (internal/control) for its
+		// status: ok only when it answers ok.
+		c, err := net.DialTimeout("unix", args[0], 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.WriteString(c, `{"v":1,"op":"status"}`+"\n")
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(line, `"ok":true`) {
+			return errors.New(strings.TrimSpace(line))
+		}
+		return nil
 	case "connect":
 		// Connect only (as nc -z does), within MS milliseconds.
 		ms, err := strconv.Atoi(args[1])

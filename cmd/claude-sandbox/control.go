@@ -1,0 +1,169 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/control"
+)
+
+// The control channel (internal/control): every launcher serves its own
+// socket, which ps, allow and revoke reach.
+
+const psHelp = `Usage: claude-sandbox ps [--json]
+
+Lists your running sandboxes (claude-sandbox run, the shadow, an embedder):
+their id, the launcher's pid, network mode, start time, flows the jail
+refused so far, pending requests, working directory and command. Sockets
+left by a launcher that has ended are removed. Root sees only its own.
+`
+
+const allowHelp = `Usage: claude-sandbox allow ID [--ip ADDR|CIDR]... [--domain NAME[:PORT]]...
+       claude-sandbox revoke ID [--ip ADDR|CIDR]... [--domain NAME[:PORT]]...
+
+Changes the reach of running sandbox ID (see claude-sandbox ps) while it
+runs, in force for its next new connection: --ip as --allow-ip takes it
+(loopback refused), --domain as --allow-domain takes it (the sandbox must
+have been started with a domain allowlist). revoke takes back an entry
+allowed at launch or since; connections open stay open. Each change is
+logged as a policy change and named in the sandbox's exit summary.
+`
+
+// stringList is a repeatable option.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func newPsFlags() (*flag.FlagSet, *bool) {
+	f := newFlags("ps")
+	return f, f.Bool("json", false, "the same list as a JSON array")
+}
+
+func newAllowFlags(name string) (*flag.FlagSet, *stringList, *stringList, *stringList) {
+	f := newFlags(name)
+	var ips, domains, hostPorts stringList
+	f.Var(&ips, "ip", "an `ADDR|CIDR` the sandbox may reach, every port and protocol")
+	f.Var(&domains, "domain", "a `NAME[:PORT]` (wildcard, preset) for a sandbox with a domain allowlist")
+	f.Var(&hostPorts, "host-port", "a `PORT` of the host's loopback (not yet: only at launch)")
+	return f, &ips, &domains, &hostPorts
+}
+
+// startControl serves the launcher's control socket; nil (and a warning)
+// when it cannot: the sandbox runs all the same, without ps or allow.
+func startControl(l *control.Launcher, warn func(string)) *control.Server {
+	s, err := l.Serve()
+	if err != nil {
+		warn(fmt.Sprintf("no control socket (claude-sandbox ps, allow and revoke will not see this sandbox): %v", err))
+		return nil
+	}
+	return s
+}
+
+func psMain(args []string, stdout, stderr io.Writer) int {
+	f, asJSON := newPsFlags()
+	if code, done := parseFlags(f, args, psHelp, stdout, stderr); done {
+		return code
+	}
+	if f.NArg() > 0 {
+		return usageLine(stderr, "ps", fmt.Sprintf("unexpected argument %q", f.Arg(0)))
+	}
+	uid := os.Getuid()
+	var list []control.Status
+	for _, s := range control.Find(uid, os.Getenv) {
+		r, err := control.Call(s.Path, control.Request{Op: control.OpStatus})
+		if err == control.ErrStale {
+			control.RemoveStale(s, uid)
+			continue
+		}
+		if err != nil || !r.OK || r.Status == nil {
+			msg := r.Error
+			if err != nil {
+				msg = err.Error()
+			}
+			fmt.Fprintf(stderr, "claude-sandbox ps: %s: %s\n", s.ID, msg)
+			continue
+		}
+		list = append(list, *r.Status)
+	}
+	if *asJSON {
+		if list == nil {
+			list = []control.Status{}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(list)
+		return 0
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(stdout, "no running sandboxes")
+		return 0
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tPID\tNET\tSTARTED\tBLOCKED\tPENDING\tCWD\tCOMMAND")
+	for _, s := range list {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, s.PID, s.Net, s.Started.Local().Format("Jan 02 15:04:05"), s.Blocked, s.Pending, s.Cwd, escapeReport(strings.Join(s.Command, " ")))
+	}
+	_ = w.Flush()
+	return 0
+}
+
+// allowMain is allow, or revoke.
+func allowMain(verb string, args []string, stdout, stderr io.Writer) int {
+	f, ips, domains, hostPorts := newAllowFlags(verb)
+	var id string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		id, args = args[0], args[1:]
+	}
+	if code, done := parseFlags(f, args, allowHelp, stdout, stderr); done {
+		return code
+	}
+	if id == "" && f.NArg() > 0 {
+		id = f.Arg(0)
+		if f.NArg() > 1 {
+			return usageLine(stderr, verb, fmt.Sprintf("unexpected argument %q", f.Arg(1)))
+		}
+		// Options after the id.
+		if err := f.Parse(f.Args()[1:]); err != nil {
+			return usageLine(stderr, verb, err.Error())
+		}
+	}
+	if f.NArg() > 0 {
+		return usageLine(stderr, verb, fmt.Sprintf("unexpected argument %q", f.Arg(0)))
+	}
+	if id == "" {
+		return usageLine(stderr, verb, "name the sandbox: its id, as claude-sandbox ps lists it")
+	}
+	if len(*ips)+len(*domains)+len(*hostPorts) == 0 {
+		return usageLine(stderr, verb, "give what to "+verb+": --ip, --domain or --host-port")
+	}
+	uid := os.Getuid()
+	s, err := control.Lookup(uid, os.Getenv, id)
+	if err != nil {
+		fmt.Fprintf(stderr, "claude-sandbox %s: %v\n", verb, err)
+		return 1
+	}
+	r, err := control.Call(s.Path, control.Request{Op: verb, IP: *ips, Domain: *domains, HostPort: *hostPorts})
+	if err == control.ErrStale {
+		control.RemoveStale(s, uid)
+		fmt.Fprintf(stderr, "claude-sandbox %s: sandbox %s has ended\n", verb, id)
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "claude-sandbox %s: %s: %v\n", verb, id, err)
+		return 1
+	}
+	if !r.OK {
+		fmt.Fprintf(stderr, "claude-sandbox %s: %s: %s\n", verb, id, r.Error)
+		return 1
+	}
+	for _, c := range r.Changes {
+		fmt.Fprintf(stdout, "%s: %s\n", id, c)
+	}
+	return 0
+}

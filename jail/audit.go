@@ -1,0 +1,185 @@
+package jail
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack"
+)
+
+// The audit log (--audit-log FILE, the shadow's audit-log key,
+// sandbox.Spec.AuditLog): one JSON object a line, written by the launcher
+// on the host (never inside the sandbox), for every flow decision the jail
+// records (TCP flows let through; every refusal the block log gets), every
+// reach changed while running (claude-sandbox allow and revoke) and every
+// change of the blocked set. Bounded: when the file would pass its cap,
+// it is renamed FILE.1 (replacing the one before) and a new FILE begins,
+// so the two never hold more than twice the cap.
+
+// DefaultAuditMax is the audit log's size cap, per file.
+const DefaultAuditMax = 16 << 20
+
+// AuditRecord is one line of the audit log.
+type AuditRecord struct {
+	Time    time.Time `json:"time"`
+	Sandbox string    `json:"sandbox,omitempty"`
+	// Event is "flow" (a flow decision), "reach" (allow or revoke while
+	// running) or "policy" (the blocked set changed).
+	Event   string `json:"event"`
+	Proto   string `json:"proto,omitempty"`
+	Name    string `json:"name,omitempty"`
+	Addr    string `json:"addr,omitempty"`
+	Port    uint16 `json:"port,omitempty"`
+	Verdict string `json:"verdict,omitempty"` // "allowed", "refused"
+	Rule    string `json:"rule,omitempty"`
+	Change  string `json:"change,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// Audit is an open audit log. Safe for concurrent use.
+type Audit struct {
+	path    string
+	sandbox string
+	max     int64
+
+	mu   sync.Mutex
+	f    *os.File
+	size int64
+	err  error // the first write error (the log stops)
+}
+
+// OpenAudit opens (appends to) the audit log at path, mode 0600, for
+// sandbox id; max <= 0: DefaultAuditMax.
+func OpenAudit(path, sandbox string, max int64) (*Audit, error) {
+	if max <= 0 {
+		max = DefaultAuditMax
+	}
+	f, err := openAuditFile(path, false)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, errors.New("not a regular file")
+	}
+	return &Audit{path: path, sandbox: sandbox, max: max, f: f, size: st.Size()}, nil
+}
+
+func openAuditFile(path string, trunc bool) (*os.File, error) {
+	// Never through a symlink; never blocking on a FIFO (a non-regular
+	// file is refused once open).
+	flags := os.O_WRONLY | os.O_CREATE | os.O_APPEND | unix.O_NOFOLLOW | unix.O_NONBLOCK
+	if trunc {
+		flags |= os.O_TRUNC
+	}
+	return os.OpenFile(path, flags, 0o600)
+}
+
+// Write appends r (its Time and Sandbox filled in when empty).
+func (a *Audit) Write(r AuditRecord) {
+	if a == nil {
+		return
+	}
+	if r.Time.IsZero() {
+		r.Time = time.Now()
+	}
+	if r.Sandbox == "" {
+		r.Sandbox = a.sandbox
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return
+	}
+	b = append(b, '\n')
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.f == nil {
+		return
+	}
+	if a.size > 0 && a.size+int64(len(b)) > a.max {
+		a.rotate()
+		if a.f == nil {
+			return
+		}
+	}
+	n, err := a.f.Write(b)
+	a.size += int64(n)
+	if err != nil && a.err == nil {
+		a.err = err
+	}
+}
+
+// rotate renames the log FILE.1 and starts a new one (a.mu held).
+func (a *Audit) rotate() {
+	a.f.Close()
+	a.f = nil
+	if err := os.Rename(a.path, a.path+".1"); err != nil && a.err == nil {
+		a.err = err
+	}
+	f, err := openAuditFile(a.path, true)
+	if err != nil {
+		if a.err == nil {
+			a.err = err
+		}
+		return
+	}
+	a.f, a.size = f, 0
+}
+
+// Close closes the log and returns the first write error, if any.
+func (a *Audit) Close() error {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.f != nil {
+		a.f.Close()
+		a.f = nil
+	}
+	return a.err
+}
+
+func (a *Audit) block(b netpolicy.Block) {
+	if a == nil {
+		return
+	}
+	r := AuditRecord{Time: b.Time, Event: "flow", Proto: b.Proto.String(), Name: b.Name, Verdict: "refused", Rule: b.Rule}
+	if b.Dst.Addr().IsValid() {
+		r.Addr = b.Dst.Addr().String()
+		r.Port = b.Dst.Port()
+	}
+	a.Write(r)
+}
+
+func (a *Audit) flow(f userstack.Flow) {
+	if a == nil {
+		return
+	}
+	r := AuditRecord{Event: "flow", Proto: f.Proto.String(), Name: f.Name, Verdict: "allowed", Rule: f.Rule, Port: f.Dst.Port()}
+	switch {
+	case f.Target.IsValid():
+		r.Addr, r.Port = f.Target.Addr().String(), f.Target.Port()
+	case f.Name == "":
+		r.Addr = f.Dst.Addr().String()
+	}
+	a.Write(r)
+}
+
+func (a *Audit) change(c netpolicy.Change) {
+	if a == nil {
+		return
+	}
+	a.Write(AuditRecord{Time: c.Time, Event: "policy", Change: c.Event + " " + c.Prefix, Rule: c.Rule, Reason: c.Reason})
+}
