@@ -410,9 +410,12 @@ func (l *launch) startStage(flags uintptr, extra ...*os.File) error {
 			stdio[fd] = l.null
 		}
 	}
-	cmd, err := stageCommand(flags, l.p.UID, l.p.GID, extra, stdio[0], stdio[1], stdio[2])
+	cmd, err := stageCommand(flags&^holderHint, l.p.UID, l.p.GID, extra, stdio[0], stdio[1], stdio[2])
 	if err != nil {
 		return err
+	}
+	if flags&holderHint != 0 {
+		cmd.Args = append(cmd.Args, holderArg)
 	}
 	cmd.SysProcAttr.UidMappings[0].HostID = os.Getuid()
 	cmd.SysProcAttr.GidMappings[0].HostID = os.Getgid()
@@ -636,7 +639,7 @@ func (l *launch) startHolder() (int, error) {
 		l.initChan = st.Ino
 	}
 	// fds: 3 holder channel, 4 fd channel, 5 init's channel (initChanFD).
-	if err := l.startStage(unix.CLONE_NEWUSER|unix.CLONE_NEWNET, holderChild, l.fdChild, l.initChild); err != nil {
+	if err := l.startStage(unix.CLONE_NEWUSER|unix.CLONE_NEWNET|holderHint, holderChild, l.fdChild, l.initChild); err != nil {
 		return ExitSetup, err
 	}
 	holderChild.Close()
