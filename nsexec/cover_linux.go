@@ -2,10 +2,7 @@ package nsexec
 
 import (
 	"fmt"
-	"io"
 	"os"
-	"runtime/coverage"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,16 +19,11 @@ import (
 // more descriptor (O_PATH, close-on-exec: the command never inherits it)
 // and GOCOVERDIR=/proc/self/fd/N, a link that leads to the same directory
 // before and after the stage's root changes. In the shipped binary (no
-// -cover), or without GOCOVERDIR, nothing is added.
-
-// coverDir is GOCOVERDIR in a -cover binary, else "".
-var coverDir = sync.OnceValue(func() string {
-	d := os.Getenv("GOCOVERDIR")
-	if d == "" || coverage.WriteMeta(io.Discard) != nil {
-		return ""
-	}
-	return d
-})
+// -cover), or without GOCOVERDIR, nothing is added. coverDir says which:
+// it needs runtime/coverage, which only a build with the coverrun tag
+// (testutil.Build's coverage build) links (coverdir_coverrun.go); linked
+// in every build, it put regexp and a dozen more packages into every
+// stage's initialisation (issue 33).
 
 // coverStage adds the coverage directory to a stage's environment and
 // descriptors (extra become fds 3, 4, ...), or returns them unchanged.

@@ -42,9 +42,10 @@ func Init() {
 // no_new_privs of the main thread; the capability sets and the seccomp
 // filter are set on every thread anyway). The command is still forked
 // from the main thread. The holder runs here too when the network driver
-// it names is registered already (the jail's is: stageinit links it);
-// otherwise it is left to Init, as its driver's package registers it from
-// its own init function, possibly not run yet. main must still call Init.
+// it names is registered already; otherwise it is left to the driver's
+// package, which registers it from its own init function and then calls
+// InitHeldEarly (the jail's does), or else to Init. main must still call
+// Init.
 func InitEarly() {
 	if noEarlyInit {
 		return
@@ -52,6 +53,24 @@ func InitEarly() {
 	atPackageInit = true
 	Init()
 	atPackageInit = false
+}
+
+// InitHeldEarly runs a holder's start that InitEarly left for want of its
+// network driver, once that driver is registered: a driver's package calls
+// it from its init function right after RegisterNetChild (the jail's,
+// package netchild, does). It does nothing in a process that is not a
+// holder started that way, or whose driver is still missing. So
+// nsexec/stageinit need not link the jail's driver, and init, which never
+// uses it, starts before the driver's imports (net, the netlink package)
+// are initialised, while the holder still starts from package
+// initialisation.
+func InitHeldEarly() {
+	if held == nil || noEarlyInit || !holderDriverReady(held.m) {
+		return
+	}
+	atPackageInit = true
+	code, _ := runStage()
+	os.Exit(code)
 }
 
 // NoEarlyInit makes InitEarly do nothing, leaving every stage to Init
@@ -75,10 +94,11 @@ type heldStart struct {
 var held *heldStart
 
 // holderDriverReady says whether the network driver a holder's start
-// names is registered already: the jail's (package netchild, which
-// nsexec/stageinit links) is, at package initialisation; another is
-// registered by its own package's init function, which may not have run
-// yet, so its holder waits for main. A start that does not decode is left
+// names is registered already. A driver is registered by its own
+// package's init function, which may not have run yet (the jail's,
+// package netchild, initialises after nsexec/stageinit, which does not
+// link it), so its holder waits for that package's InitHeldEarly, or for
+// main. A start that does not decode is left
 // to dispatchStage to report.
 func holderDriverReady(m envelope) bool {
 	var start struct {
@@ -123,7 +143,9 @@ func runStage() (code int, ran bool) {
 	}
 	// While the launcher answers: a start message's first decoding is
 	// mostly the building of its types' decoders, once per process.
-	warmStartDecoders()
+	if len(os.Args) < 2 || os.Args[1] != holderArg {
+		warmStartDecoders()
+	}
 	m, err := ch.recv()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "claude-sandbox: stage channel: no start message:", err)

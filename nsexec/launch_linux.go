@@ -241,7 +241,7 @@ func (l *launch) terminalSetup() error {
 // spawnInit starts init directly (no jail) and closes the launcher's
 // copies of its ends of the channels.
 func (l *launch) spawnInit() error {
-	if err := l.startStage(initCloneFlags(l.p), l.initChild, l.fdChild); err != nil {
+	if err := l.startStage(initCloneFlags(l.p), false, l.initChild, l.fdChild); err != nil {
 		return err
 	}
 	l.setInit(l.cmd.Process.Pid, false)
@@ -408,9 +408,10 @@ func (l *launch) stageFailed(err error, ended string) (int, error) {
 }
 
 // startStage starts the launcher's direct child stage (init, or the
-// holder) in new namespaces with the given clone flags; extra become its
-// fds 3, 4, ... The caller's host ids map to the plan's.
-func (l *launch) startStage(flags uintptr, extra ...*os.File) error {
+// holder when holder is set) in new namespaces with the given clone
+// flags; extra become its fds 3, 4, ... The caller's host ids map to the
+// plan's.
+func (l *launch) startStage(flags uintptr, holder bool, extra ...*os.File) error {
 	stdio := []*os.File{l.o.Stdin, l.o.Stdout, l.o.Stderr}
 	if l.term != nil {
 		for _, fd := range l.term.fds {
@@ -420,6 +421,9 @@ func (l *launch) startStage(flags uintptr, extra ...*os.File) error {
 	cmd, err := stageCommand(flags, l.p.UID, l.p.GID, extra, stdio[0], stdio[1], stdio[2])
 	if err != nil {
 		return err
+	}
+	if holder {
+		cmd.Args = append(cmd.Args, holderArg)
 	}
 	cmd.SysProcAttr.UidMappings[0].HostID = os.Getuid()
 	cmd.SysProcAttr.GidMappings[0].HostID = os.Getgid()
@@ -643,7 +647,7 @@ func (l *launch) startHolder() (int, error) {
 		l.initChan = st.Ino
 	}
 	// fds: 3 holder channel, 4 fd channel, 5 init's channel (initChanFD).
-	if err := l.startStage(unix.CLONE_NEWUSER|unix.CLONE_NEWNET, holderChild, l.fdChild, l.initChild); err != nil {
+	if err := l.startStage(unix.CLONE_NEWUSER|unix.CLONE_NEWNET, true, holderChild, l.fdChild, l.initChild); err != nil {
 		return ExitSetup, err
 	}
 	holderChild.Close()

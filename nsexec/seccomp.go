@@ -107,9 +107,11 @@ type abi struct {
 
 // Numbers from the kernel's syscall tables (as golang.org/x/sys/unix's
 // zsysnum files list them); a unit test checks every denied name is known
-// to every ABI that has it.
-var (
-	abiX86_64 = abi{arch: unix.AUDIT_ARCH_X86_64, x32: true,
+// to every ABI that has it. Each table is a function, built when a
+// filter is: as package variables, their maps were built at every start
+// of this binary, in every stage and for every subcommand (issue 33).
+func abiX86_64() abi {
+	return abi{arch: unix.AUDIT_ARCH_X86_64, x32: true,
 		x32Only: map[string]uint32{"ioctl": 514, "kexec_load": 528},
 		nrs: map[string]uint32{
 			"ioctl": 16, "clone": 56, "unshare": 272, "clone3": 435,
@@ -126,7 +128,11 @@ var (
 			"iopl": 172, "ioperm": 173, "lookup_dcookie": 212,
 			"uselib": 134, "ustat": 136, "sysfs": 139, "_sysctl": 156, "nfsservctl": 180,
 		}}
-	abiI386 = abi{arch: unix.AUDIT_ARCH_I386,
+}
+
+// abiI386 is i386's table.
+func abiI386() abi {
+	return abi{arch: unix.AUDIT_ARCH_I386,
 		nrs: map[string]uint32{
 			"ioctl": 54, "clone": 120, "unshare": 310, "clone3": 435,
 			"chmod": 15, "fchmod": 94, "fchmodat": 306, "fchmodat2": 452, "creat": 8, "open": 5, "openat": 295,
@@ -143,7 +149,11 @@ var (
 			"iopl": 110, "ioperm": 101, "vm86": 166, "vm86old": 113, "lookup_dcookie": 253,
 			"uselib": 86, "ustat": 62, "sysfs": 135, "_sysctl": 149, "nfsservctl": 169,
 		}}
-	abiAArch64 = abi{arch: unix.AUDIT_ARCH_AARCH64,
+}
+
+// abiAArch64 is arm64's table.
+func abiAArch64() abi {
+	return abi{arch: unix.AUDIT_ARCH_AARCH64,
 		nrs: map[string]uint32{
 			"ioctl": 29, "clone": 220, "unshare": 97, "clone3": 435,
 			"fchmod": 52, "fchmodat": 53, "fchmodat2": 452, "openat": 56, "mknodat": 33, "openat2": 437,
@@ -157,7 +167,11 @@ var (
 			"settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266,
 			"lookup_dcookie": 18, "nfsservctl": 42,
 		}}
-	abiARM = abi{arch: unix.AUDIT_ARCH_ARM,
+}
+
+// abiARM is 32-bit arm's table.
+func abiARM() abi {
+	return abi{arch: unix.AUDIT_ARCH_ARM,
 		nrs: map[string]uint32{
 			"ioctl": 54, "clone": 120, "unshare": 337, "clone3": 435,
 			"chmod": 15, "fchmod": 94, "fchmodat": 333, "fchmodat2": 452, "creat": 8, "open": 5, "openat": 322,
@@ -173,7 +187,7 @@ var (
 			"clock_adjtime": 372, "clock_adjtime64": 405, "lookup_dcookie": 249,
 			"uselib": 86, "ustat": 62, "sysfs": 135, "_sysctl": 149, "nfsservctl": 169,
 		}}
-)
+}
 
 // abis returns the ABIs a process on this machine can use. A 64-bit x86
 // process can also make i386 (int 0x80) and, where enabled, x32 calls; an
@@ -181,9 +195,9 @@ var (
 func abis(goarch string) ([]abi, error) {
 	switch goarch {
 	case "amd64":
-		return []abi{abiX86_64, abiI386}, nil
+		return []abi{abiX86_64(), abiI386()}, nil
 	case "arm64":
-		return []abi{abiAArch64, abiARM}, nil
+		return []abi{abiAArch64(), abiARM()}, nil
 	}
 	return nil, fmt.Errorf("seccomp filter: architecture %s is not supported", goarch)
 }

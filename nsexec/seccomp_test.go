@@ -148,7 +148,7 @@ func TestDenylist(t *testing.T) {
 	// the calls the threat model names are known to all.
 	for _, d := range denied {
 		found := false
-		for _, x := range []abi{abiX86_64, abiI386, abiAArch64, abiARM} {
+		for _, x := range []abi{abiX86_64(), abiI386(), abiAArch64(), abiARM()} {
 			_, ok := x.nrs[d.name]
 			found = found || ok
 		}
@@ -157,7 +157,7 @@ func TestDenylist(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"keyctl", "io_uring_setup", "bpf", "perf_event_open", "userfaultfd", "kexec_load", "init_module", "finit_module", "open_by_handle_at"} {
-		for _, x := range []abi{abiX86_64, abiI386, abiAArch64, abiARM} {
+		for _, x := range []abi{abiX86_64(), abiI386(), abiAArch64(), abiARM()} {
 			if _, ok := x.nrs[name]; !ok {
 				t.Errorf("%s: no number on arch %#x", name, x.arch)
 			}

@@ -108,3 +108,5 @@ step "benchmarks (figures only)"
 go test -run '^$' -bench 'BenchmarkLaunch$' -benchtime 200x -count 1 ./integration/
 go test -run '^$' -bench 'BenchmarkLaunchJail$' -benchtime 100x -count 1 ./integration/
 go test -run '^$' -bench 'BenchmarkShadowOverhead$' -benchtime 3x -count 1 ./integration/
+# Page faults, CPU and wall time per launch, every path against its peer (issue 33).
+go test -run '^$' -bench 'BenchmarkLaunchCost$' -benchtime 10x -count 1 ./integration/

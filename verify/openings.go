@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,7 +51,9 @@ func sshAgentHosts(e *Env) []string {
 	return out
 }
 
-var hostPortRE = regexp.MustCompile(`^[0-9]{1,5}/(tcp|udp)$`)
+// hostPortRE is compiled on first use, not at every start of the binary
+// (issue 33).
+var hostPortRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{1,5}/(tcp|udp)$`) })
 
 // allowedHostPorts reads the allowed host loopback ports and host.internal's
 // address from the sandbox's /etc/hosts (read-only inside); none when the
@@ -65,7 +68,7 @@ func allowedHostPorts(e *Env) (addr string, ports []string) {
 		if rest, ok := strings.CutPrefix(l, HostsMarker); ok {
 			marked = true
 			for _, f := range strings.Fields(rest) {
-				if hostPortRE.MatchString(f) {
+				if hostPortRE().MatchString(f) {
 					ports = append(ports, f)
 				}
 			}

@@ -141,7 +141,7 @@ func TestRunParserMatchesTable(t *testing.T) {
 	}
 	// run --help lists each option of run.
 	for _, o := range runOnly(false) {
-		if !strings.Contains(runHelp, "\n  "+o.spelled()) {
+		if !strings.Contains(runHelp(), "\n  "+o.spelled()) {
 			t.Errorf("run --help lacks %s", o.spelled())
 		}
 	}

@@ -17,7 +17,7 @@ var subcommands = []string{"run", "plan", "install", "uninstall", "promote", "do
 // running nothing; `help CMD` prints the same.
 func TestEverySubcommandHelp(t *testing.T) {
 	for _, name := range subcommands {
-		help, ok := subcommandHelp[name]
+		help, ok := subcommandHelp(name)
 		if !ok || !strings.Contains(help, "Usage:") {
 			t.Errorf("%s has no help text", name)
 			continue
@@ -35,7 +35,7 @@ func TestEverySubcommandHelp(t *testing.T) {
 	}
 	for _, argv := range [][]string{{"help"}, {"-h"}, {"--help"}} {
 		var out, errb bytes.Buffer
-		if code := realMain(argv, &out, &errb); code != 0 || out.String() != mainHelp {
+		if code := realMain(argv, &out, &errb); code != 0 || out.String() != mainHelp() {
 			t.Errorf("%q: exit %d", argv, code)
 		}
 	}

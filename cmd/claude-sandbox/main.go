@@ -19,10 +19,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
+	_ "github.com/claude-sandbox/claude-sandbox/cmd/claude-sandbox/internal/oneproc" // GOMAXPROCS=1 before the other initialisers
 	"github.com/claude-sandbox/claude-sandbox/internal/control"
 	_ "github.com/claude-sandbox/claude-sandbox/internal/covrun" // a coverage build's GOCOVERDIR (tests only)
 	"github.com/claude-sandbox/claude-sandbox/jail"
@@ -33,31 +33,43 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/verify"
 )
 
-// subcommandHelp is each command's --help text.
-var subcommandHelp = map[string]string{
-	"run": runHelp, "plan": runHelp, "install": installHelp, "uninstall": installHelp,
-	"promote": promoteHelp, "doctor": doctorHelp, "gate": gateHelp, "verify": verifyHelp,
-	"version": versionHelp, "help": mainHelp, "completion": completionHelp, "man": manHelp,
-	"ps": psHelp, "allow": allowHelp, "revoke": allowHelp,
+// subcommandHelp is each command's --help text (a function, not a
+// table: run's and the main one are built on first use, and a map would
+// be built at every start of this binary).
+func subcommandHelp(name string) (string, bool) {
+	switch name {
+	case "run", "plan":
+		return runHelp(), true
+	case "help":
+		return mainHelp(), true
+	case "install", "uninstall":
+		return installHelp, true
+	case "promote":
+		return promoteHelp, true
+	case "doctor":
+		return doctorHelp, true
+	case "gate":
+		return gateHelp, true
+	case "verify":
+		return verifyHelp, true
+	case "version":
+		return versionHelp, true
+	case "completion":
+		return completionHelp, true
+	case "man":
+		return manHelp, true
+	case "ps":
+		return psHelp, true
+	case "allow", "revoke":
+		return allowHelp, true
+	}
+	return "", false
 }
 
 func main() {
 	nsexec.Init()       // a re-executed stage runs here and never returns
 	verify.InitNested() // so does the nested helper of verify's probes
-	// One P, from the start. The launcher carries the jail's traffic on
-	// the userstack's event loop, and one P keeps that loop on one
-	// thread: with a second, the scheduler moves the loop between
-	// threads, each move a wake-up that costs CPU and buys no throughput
-	// (docs/performance.md, "One event loop"); without the jail it only
-	// relays the terminal and signals. Set here rather than just before
-	// the launch: every P has its own cache of partly used memory spans,
-	// and a second one during the setup left a jailed launcher larger for
-	// the sandbox's life (2.39 against 2.23 MB anonymous, means over 10
-	// and 22 launchers; issue 19). No command of this program needs two.
-	// GOMAXPROCS in the environment still decides.
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1)
-	}
+	// One P: package oneproc set it during package initialisation.
 	if filepath.Base(os.Args[0]) == "claude" {
 		os.Exit(shadowMain(os.Args[1:], false, os.Stdout, os.Stderr))
 	}
@@ -66,7 +78,7 @@ func main() {
 
 func realMain(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, mainHelp)
+		fmt.Fprint(stderr, mainHelp())
 		return 2
 	}
 	switch args[0] {
@@ -105,14 +117,14 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "claude-sandbox help: unknown option %s (see claude-sandbox --help)\n", args[1])
 				return 2
 			}
-			if h, ok := subcommandHelp[args[1]]; ok {
+			if h, ok := subcommandHelp(args[1]); ok {
 				fmt.Fprint(stdout, h)
 				return 0
 			}
 			fmt.Fprintf(stderr, "claude-sandbox help: unknown command %q (see claude-sandbox help)\n", args[1])
 			return 2
 		}
-		fmt.Fprint(stdout, mainHelp)
+		fmt.Fprint(stdout, mainHelp())
 		return 0
 	}
 	if strings.HasPrefix(args[0], "-") {
@@ -137,7 +149,7 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if r.help {
-		fmt.Fprint(stdout, runHelp)
+		fmt.Fprint(stdout, runHelp())
 		return 0
 	}
 	if verb == "plan" && !r.json {

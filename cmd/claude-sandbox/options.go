@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // The command line is described once, here: the commands, and each one's
@@ -212,7 +213,10 @@ func renderOptions(b *strings.Builder, opts []option, width int) {
 	}
 }
 
-var runHelp = func() string {
+// runHelp is run's and plan's --help text, built on first use: built at
+// package initialisation, it cost every process of this binary (each
+// stage, the shadow) its formatting (issue 33).
+var runHelp = sync.OnceValue(func() string {
 	var b strings.Builder
 	b.WriteString(`Usage: claude-sandbox run [OPTIONS] [--] COMMAND [ARG...]
        claude-sandbox plan --json [OPTIONS] [--] COMMAND [ARG...]
@@ -244,7 +248,7 @@ Examples:
   claude-sandbox plan --json --mask /etc/shadow -- true
 `)
 	return b.String()
-}()
+})
 
 // flagOptions turns a flag set into options: a flag's value name is the
 // back-quoted word of its usage (flag.UnquoteUsage), and a boolean flag
@@ -338,7 +342,8 @@ func (c command) optionNames() []string {
 	return out
 }
 
-var mainHelp = func() string {
+// mainHelp is the main --help text, built on first use (as runHelp).
+var mainHelp = sync.OnceValue(func() string {
 	var b strings.Builder
 	b.WriteString("claude-sandbox: run commands (and the Claude Code CLI) in a rootless sandbox.\n\nUsage:\n")
 	for _, c := range commands {
@@ -357,4 +362,4 @@ Every command takes -h or --help. 'claude-sandbox run --help' lists the
 sandbox's options.
 `)
 	return b.String()
-}()
+})

@@ -8,11 +8,13 @@
 // passed.
 //
 // It is a package of its own, apart from the launcher's half, so that it
-// is registered early: it imports nothing of the userstack, and
-// nsexec/stageinit imports it, so its init function has run before the
-// stage starts from package initialisation and the holder need not wait
-// for every other package's initialiser (and the userstack's, which it
-// never uses) before main.
+// is registered early: it imports nothing of the userstack, and its init
+// function, once it has registered the driver, runs a holder stage that
+// nsexec/stageinit's early start left for it (nsexec.InitHeldEarly), so
+// the holder need not wait for every other package's initialiser (and the
+// userstack's, which it never uses) before main. nsexec/stageinit does not
+// import it: init, which never uses the driver, starts before the
+// driver's imports (net, the netlink package) are initialised.
 package netchild
 
 import (
@@ -29,7 +31,10 @@ import (
 // binary that links this package.
 const Name = "claude-sandbox/jail"
 
-func init() { nsexec.RegisterNetChild(Name, netChild{}) }
+func init() {
+	nsexec.RegisterNetChild(Name, netChild{})
+	nsexec.InitHeldEarly() // a holder stage left by nsexec/stageinit runs here
+}
 
 // Data is the child driver's input: the jail's route plan and the TUN
 // links to create, the egress device first.

@@ -9,22 +9,19 @@
 // stage then starts before the packages it does not need are initialised
 // and keeps one thread fewer for the sandbox's life (see
 // nsexec.InitEarly). Packages initialise in the order of their import
-// paths where their imports allow: this one comes once nsexec and the
-// jail's child driver (which it links, so that the holder stage can run
-// from here as well) are initialised, and with them the driver's own
-// imports (net, the netlink package); a package that sorts before those
-// and is ready meanwhile (shadow, in the claude-sandbox binary) is
-// initialised first too. All of that is a few kB of allocations
-// (GODEBUG=inittrace=1), no thread.
+// paths where their imports allow: this one comes once nsexec is
+// initialised, and with it nsexec's own imports; a package that sorts
+// before those and is ready meanwhile (shadow, in the claude-sandbox
+// binary, and some of gVisor's) is initialised first too. It does not
+// link the egress jail's child driver (package jail/netchild, which pulls
+// in net and the netlink package): a holder stage started here is left to
+// that package's init function, which runs it as soon as the driver is
+// registered (nsexec.InitHeldEarly), or else to main's nsexec.Init.
 package stageinit
 
 import (
 	// First: a coverage build turns the early start off (covrun).
 	_ "github.com/claude-sandbox/claude-sandbox/internal/covrun"
-	// The egress jail's child driver registers itself before this
-	// package's init runs, so a holder stage starts from package
-	// initialisation too instead of waiting for main.
-	_ "github.com/claude-sandbox/claude-sandbox/jail/netchild"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
 )
 
