@@ -392,7 +392,9 @@ func emptyCwd(p *Plan) string {
 	}
 	for i := len(p.Mounts) - 1; i >= 0; i-- {
 		op := p.Mounts[i]
-		if !mounts.Within(p.Dir, op.Dst) {
+		// The private-file walk and socket masks hide entries below
+		// their destination; they never replace the tree at it.
+		if !mounts.Within(p.Dir, op.Dst) || op.Kind == mounts.HidePrivate || op.Kind == mounts.MaskSocket {
 			continue
 		}
 		if op.Kind == mounts.Tmpfs && op.Dst == p.Dir {
