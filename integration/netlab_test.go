@@ -89,6 +89,16 @@ func newLab(t testing.TB) *lab {
 	if out, err := exec.Command("ip", "netns", "exec", l.host, "sysctl", "-q", "-w", "net.ipv4.ping_group_range=0 2147483647").CombinedOutput(); err != nil {
 		t.Fatalf("ping_group_range: %v\n%s", err, out)
 	}
+	// Neither side forwards, whatever the machine's own setting: a new
+	// namespace inherits net.ipv4.ip_forward from the initial one (Docker
+	// and Podman turn it on there), and a world that forwarded would
+	// answer a SYN to an address it has no route for with ICMP
+	// unreachable instead of dropping it (TestRelayConnectNonAnsweringTimesOut).
+	for _, ns := range []string{l.host, l.world} {
+		if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=0").CombinedOutput(); err != nil {
+			t.Fatalf("ip_forward: %v\n%s", err, out)
+		}
+	}
 	ip(t, "-n", l.world, "link", "set", "lo", "up")
 	ip(t, "-n", l.world, "addr", "add", labPeer+"/24", "dev", vw)
 	ip(t, "-n", l.world, "link", "set", vw, "up")

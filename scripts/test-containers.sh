@@ -86,8 +86,13 @@ fi
 # --- cleanup -------------------------------------------------------------
 started_dockerd=
 labpids=()
+# dockerd (and rootless Podman's network setup) turn net.ipv4.ip_forward on
+# in the initial namespace, which every new namespace then inherits: put
+# back what the machine had.
+ip_forward_was=$(cat /proc/sys/net/ipv4/ip_forward)
 cleanup() {
   set +e
+  echo "$ip_forward_was" >/proc/sys/net/ipv4/ip_forward
   for c in cs-test-docker-flags cs-test-docker-default; do docker rm -f "$c" >/dev/null 2>&1; done
   if id "$puser" >/dev/null 2>&1 && command -v podman >/dev/null; then
     for c in cs-test-podman-flags cs-test-podman-default; do pod rm -f --time 0 "$c" >/dev/null 2>&1; done
