@@ -129,7 +129,7 @@ func BenchmarkLaunchCost(b *testing.B) {
 		var got []*cost
 		for _, line := range strings.Split(string(out), "\n") {
 			f := strings.Fields(line)
-			if len(f) != 5 || f[0] != "rusage" {
+			if len(f) != 6 || f[0] != "rusage" {
 				continue
 			}
 			c := &direct

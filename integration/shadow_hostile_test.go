@@ -6,8 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
@@ -30,15 +30,28 @@ exit 0
 `
 
 // runShadowRusage is runShadow returning the peak RSS (KiB) of the
-// launcher and every process it waited for (wait4's ru_maxrss).
+// launcher and every process it waited for, as rusageprobe reports it.
+// Not this process's own wait4: a child it starts shares its memory until
+// exec (vfork), and the kernel carries that memory's peak into the child's
+// figure, so a large test binary (the race detector's) would be counted.
 func runShadowRusage(t *testing.T, uid int, home, cwd, prelude, claude string, env []string, args ...string) (testutil.Result, int64) {
 	t.Helper()
+	probe := testutil.Build(t, "./integration/rusageprobe")
 	inner := fmt.Sprintf("%s && cd %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s %s",
 		prelude, cwd, uid, uid, strings.Join(env, " "), claude, strings.Join(args, " "))
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", inner)
+	cmd := exec.Command(probe, "unshare", "--mount", "--propagation", "private", "sh", "-c", inner)
 	cmd.Dir = "/"
 	r := testutil.Run(t, cmd)
-	return r, cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+	rss := int64(-1)
+	for _, line := range strings.Split(r.Stderr, "\n") {
+		if f := strings.Fields(line); len(f) == 6 && f[0] == "rusage" {
+			rss, _ = strconv.ParseInt(f[5], 10, 64)
+		}
+	}
+	if rss < 0 {
+		t.Fatalf("rusageprobe printed no figures: %v", r)
+	}
+	return r, rss
 }
 
 // Everything the launcher reads back from a place a session could write

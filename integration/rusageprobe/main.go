@@ -1,7 +1,8 @@
 // Command rusageprobe is a test helper for BenchmarkLaunchCost: it runs
 // its arguments as a command, waits for it, and prints on stderr one line
-// "rusage WALL_NS CPU_NS MINFLT MAJFLT" from the waited child's rusage
-// (wait4: the child and every descendant reaped below it). It exits with
+// "rusage WALL_NS CPU_NS MINFLT MAJFLT MAXRSS_KIB" from the waited child's
+// rusage (wait4: the child and every descendant reaped below it; the peak
+// RSS is the largest one process reached). It exits with
 // the command's status. It is never shipped.
 package main
 
@@ -29,6 +30,6 @@ func main() {
 	}
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	fmt.Fprintf(os.Stderr, "rusage %d %d %d %d\n", wall.Nanoseconds(), cpu.Nanoseconds(), ru.Minflt, ru.Majflt)
+	fmt.Fprintf(os.Stderr, "rusage %d %d %d %d %d\n", wall.Nanoseconds(), cpu.Nanoseconds(), ru.Minflt, ru.Majflt, ru.Maxrss)
 	os.Exit(cmd.ProcessState.ExitCode())
 }
