@@ -155,48 +155,26 @@ func (j *Jail) ChangeReach(allow bool, ips, domains []string) ([]string, error) 
 	var done []string
 	launch := j.launchAllow()
 	for _, p := range pfxs {
-		if allow {
-			if i := slices.Index(st.revoked, p); i >= 0 {
-				st.revoked = slices.Delete(slices.Clone(st.revoked), i, i+1)
-			} else if slices.Contains(launch, p) || slices.Contains(st.ips, p) {
-				continue
-			} else {
-				st.ips = append(slices.Clone(st.ips), p)
-			}
-		} else {
-			if i := slices.Index(st.ips, p); i >= 0 {
-				st.ips = slices.Delete(slices.Clone(st.ips), i, i+1)
-			} else if slices.Contains(launch, p) && !slices.Contains(st.revoked, p) {
-				st.revoked = append(slices.Clone(st.revoked), p)
-			} else {
-				return nil, fmt.Errorf("--ip %s: not allowed in this sandbox, nothing to revoke", p)
-			}
+		changed, err := changeEntry(allow, launch, &st.ips, &st.revoked, p)
+		if err != nil {
+			return nil, fmt.Errorf("--ip %s: %w", p, err)
 		}
-		done = append(done, verb+" ip "+p.String())
+		if changed {
+			done = append(done, verb+" ip "+p.String())
+		}
 	}
 	var launchNames []netpolicy.DomainRule
 	if len(rules) > 0 {
 		launchNames, _ = netpolicy.ExpandDomains(j.setup.AllowDomains)
 	}
 	for _, r := range rules {
-		if allow {
-			if i := slices.Index(st.nrevoked, r); i >= 0 {
-				st.nrevoked = slices.Delete(slices.Clone(st.nrevoked), i, i+1)
-			} else if slices.Contains(launchNames, r) || slices.Contains(st.names, r) {
-				continue
-			} else {
-				st.names = append(slices.Clone(st.names), r)
-			}
-		} else {
-			if i := slices.Index(st.names, r); i >= 0 {
-				st.names = slices.Delete(slices.Clone(st.names), i, i+1)
-			} else if slices.Contains(launchNames, r) && !slices.Contains(st.nrevoked, r) {
-				st.nrevoked = append(slices.Clone(st.nrevoked), r)
-			} else {
-				return nil, fmt.Errorf("--domain %s: not allowed in this sandbox, nothing to revoke", r)
-			}
+		changed, err := changeEntry(allow, launchNames, &st.names, &st.nrevoked, r)
+		if err != nil {
+			return nil, fmt.Errorf("--domain %s: %w", r, err)
 		}
-		done = append(done, verb+" domain "+r.String())
+		if changed {
+			done = append(done, verb+" domain "+r.String())
+		}
 	}
 	if len(done) == 0 {
 		return []string{"nothing changed: allowed already"}, nil
@@ -269,4 +247,32 @@ func (j *Jail) auditFlow() func(userstack.Flow) {
 		return nil
 	}
 	return j.opts.Audit.flow
+}
+
+// changeEntry allows (allow) or revokes e against the launch-time entries
+// and what was allowed (added) or revoked since, both copied on write (a
+// reachState is shared with readers). It reports whether anything changed:
+// allowing what is allowed already changes nothing, revoking what is not
+// allowed is an error.
+func changeEntry[T comparable](allow bool, launch []T, added, revoked *[]T, e T) (bool, error) {
+	if allow {
+		if i := slices.Index(*revoked, e); i >= 0 {
+			*revoked = slices.Delete(slices.Clone(*revoked), i, i+1)
+			return true, nil
+		}
+		if slices.Contains(launch, e) || slices.Contains(*added, e) {
+			return false, nil
+		}
+		*added = append(slices.Clone(*added), e)
+		return true, nil
+	}
+	if i := slices.Index(*added, e); i >= 0 {
+		*added = slices.Delete(slices.Clone(*added), i, i+1)
+		return true, nil
+	}
+	if slices.Contains(launch, e) && !slices.Contains(*revoked, e) {
+		*revoked = append(slices.Clone(*revoked), e)
+		return true, nil
+	}
+	return false, errors.New("not allowed in this sandbox, nothing to revoke")
 }

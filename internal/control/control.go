@@ -160,42 +160,40 @@ func Candidates(uid int, getenv func(string) string) []string {
 
 func tmpDir(uid int) string { return "/tmp/claude-sandbox-" + strconv.Itoa(uid) }
 
+// ownedDir checks that dir is a directory (not a link) owned by uid and
+// returns its mode bits.
+func ownedDir(dir string, uid int) (uint32, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return 0, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return 0, fmt.Errorf("%s is not a directory", dir)
+	}
+	if int(st.Uid) != uid {
+		return 0, fmt.Errorf("%s is owned by uid %d, not %d", dir, st.Uid, uid)
+	}
+	return st.Mode & 0o7777, nil
+}
+
 // safeBase checks that dir is a directory (not a link) owned by uid that
 // no one else may write to.
 func safeBase(dir string, uid int) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return err
+	mode, err := ownedDir(dir, uid)
+	if err == nil && mode&0o022 != 0 {
+		err = fmt.Errorf("%s is writable by others (mode %04o)", dir, mode)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("%s is not a directory", dir)
-	}
-	if int(st.Uid) != uid {
-		return fmt.Errorf("%s is owned by uid %d, not %d", dir, st.Uid, uid)
-	}
-	if st.Mode&0o022 != 0 {
-		return fmt.Errorf("%s is writable by others (mode %04o)", dir, st.Mode&0o7777)
-	}
-	return nil
+	return err
 }
 
 // checkDir checks a control directory: a directory (not a link) owned by
 // uid, mode 0700.
 func checkDir(dir string, uid int) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return err
+	mode, err := ownedDir(dir, uid)
+	if err == nil && mode != 0o700 {
+		err = fmt.Errorf("%s has mode %04o, not 0700", dir, mode)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("%s is not a directory", dir)
-	}
-	if int(st.Uid) != uid {
-		return fmt.Errorf("%s is owned by uid %d, not %d", dir, st.Uid, uid)
-	}
-	if st.Mode&0o7777 != 0o700 {
-		return fmt.Errorf("%s has mode %04o, not 0700", dir, st.Mode&0o7777)
-	}
-	return nil
+	return err
 }
 
 // EnsureDir returns the control directory for uid, made if missing: the

@@ -211,7 +211,15 @@ func TestStaleRemoved(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	ln.Close()
-	found := Find(os.Getuid(), env)
+	// Only this test's directory: Find also lists the /tmp fallback,
+	// where sandboxes of this uid running meanwhile (other packages'
+	// tests) have theirs.
+	var found []Sandbox
+	for _, s := range Find(os.Getuid(), env) {
+		if filepath.Dir(s.Path) == dir {
+			found = append(found, s)
+		}
+	}
 	if len(found) != 2 {
 		t.Fatalf("found %v", found)
 	}
