@@ -208,6 +208,10 @@ type Options struct {
 	// HostRoot says the caller is root on the host (nsexec.CallerIsHostRoot
 	// tells): the view gets mounts.KernelCovers.
 	HostRoot bool
+	// RootCaller says the caller's uid is 0 in its own user namespace,
+	// host root or not (root in a rootless Podman container): the view
+	// hides the files of that world only root may read, as for HostRoot.
+	RootCaller bool
 	// PidsLimit bounds the tasks in the sandbox: 0 means DefaultPidsLimit,
 	// a negative value no bound.
 	PidsLimit int
@@ -320,11 +324,13 @@ func Build(opts Options) (*Plan, error) {
 		h = OSHost{}
 	}
 	p.Mounts = append(p.Mounts, runCover(h)...)
-	if opts.HostRoot {
+	if opts.HostRoot || opts.RootCaller {
 		// A rule, not a list: root inside reads every root-owned file as
 		// its owner, so what the host's other users cannot read is hidden
 		// (mounts.HidePrivate), before the caller's own operations so
-		// that what is bound on purpose is seen.
+		// that what is bound on purpose is seen. A uid 0 that is not the
+		// host's (a rootless container's root) gets it too: its world's
+		// /etc/shadow and keys are as private there.
 		for _, t := range mounts.PrivateTrees {
 			p.Mounts = append(p.Mounts, mounts.Op{Kind: mounts.HidePrivate, Dst: t})
 		}

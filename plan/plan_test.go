@@ -369,3 +369,33 @@ func TestTmpfsSizes(t *testing.T) {
 		}
 	}
 }
+
+// A uid 0 that is not the host's (root in a rootless Podman container)
+// gets the private-file walk too, without the host root's kernel covers;
+// a plan for a non-root caller gets neither.
+func TestRootCallerWalksPrivateTrees(t *testing.T) {
+	count := func(p *Plan) (walks int) {
+		for _, op := range p.Mounts {
+			if op.Kind == mounts.HidePrivate {
+				walks++
+			}
+		}
+		return walks
+	}
+	base := Options{Command: []string{"true"}, Home: "/home/u", Stat: host.stat, Host: noHost}
+	p, err := Build(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := count(p); w != 0 {
+		t.Errorf("a non-root caller's plan walks %d trees", w)
+	}
+	root := base
+	root.RootCaller = true
+	if p, err = Build(root); err != nil {
+		t.Fatal(err)
+	}
+	if w := count(p); w != len(mounts.PrivateTrees) || p.HostRoot {
+		t.Errorf("a root caller's plan walks %d trees (want %d), hostRoot %v", w, len(mounts.PrivateTrees), p.HostRoot)
+	}
+}

@@ -263,6 +263,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		opts.SetEnv = append(opts.SetEnv, [2]string{verify.PublishedEnv, publishedEnv(opts.Publish)})
 	}
 	opts.HostRoot = nsexec.CallerIsHostRoot()
+	opts.RootCaller = os.Geteuid() == 0
 	if m := verify.CallerUIDMaps(os.Getenv); m != "" {
 		// verify's P54 reads the whole chain of uid maps, as decided here.
 		opts.SetEnv = append(opts.SetEnv, [2]string{verify.CallerUIDMapEnv, m})
