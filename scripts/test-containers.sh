@@ -6,6 +6,9 @@
 #   docker: --device /dev/net/tun --security-opt seccomp=unconfined
 #           --security-opt systempaths=unconfined
 #   podman: --device /dev/net/tun --security-opt unmask=ALL
+#           --sysctl net.ipv4.ping_group_range="0 65535" (rootless Podman
+#           does not open ping sockets to the container's groups; the
+#           range must lie within the gids the container maps)
 # and with the runtime's defaults, as container root and as a non-root
 # user (uid 1000). In each: `claude-sandbox doctor`, `run --net=none --
 # true`, the egress jail (a lab "internet" server reachable, a private lab
@@ -232,7 +235,7 @@ one() { # one RUNTIME MODE
   case $rt/$mode in
   docker/flags) flags=(--device "$scratch/tun:/dev/net/tun" --security-opt seccomp=unconfined --security-opt systempaths=unconfined) ;;
   docker/default) flags=(); fixflag="seccomp=unconfined|systempaths=unconfined" ;;
-  podman/flags) flags=(--device "$scratch/tun:/dev/net/tun" --security-opt unmask=ALL) ;;
+  podman/flags) flags=(--device "$scratch/tun:/dev/net/tun" --security-opt unmask=ALL --sysctl "net.ipv4.ping_group_range=0 65535") ;;
   podman/default) flags=(); fixflag="unmask=ALL" ;;
   esac
   [ "$rt" = podman ] && tool=(pod)

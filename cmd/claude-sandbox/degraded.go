@@ -110,7 +110,11 @@ func modeFix(m degradedMode, rt runtimeKind) string {
 		return "run Claude Code as a non-root user (RLIMIT_NPROC binds it); kernel 6.14 or later bounds root too"
 	case modeNoPing:
 		switch rt {
-		case rtDocker, rtPodman, rtContainerd, rtOther:
+		case rtPodman:
+			// Within the gids the container maps (rootless Podman: 65,536
+			// by default); a wider range is refused when it starts.
+			return `run the container with --sysctl net.ipv4.ping_group_range="0 65535"`
+		case rtDocker, rtContainerd, rtOther:
 			return `run the container with --sysctl net.ipv4.ping_group_range="0 2147483647"`
 		case rtKubernetes:
 			return `set the pod's securityContext.sysctls net.ipv4.ping_group_range to "0 2147483647"`
