@@ -50,7 +50,7 @@ func TestWarningHints(t *testing.T) {
 		{proc, rtPodman, "--security-opt unmask=ALL"},
 		{proc, rtKubernetes, "procMount: Unmasked"},
 		{"no process limit: kernel 6.1 keeps one pid_max", rtDocker, "--pids-limit"},
-		{"process limit not set: the sandbox's kernel.pid_max could not be written", rtHost, "non-root user"},
+		{"no process limit: the sandbox's kernel.pid_max could not be written", rtHost, "non-root user"},
 		{"egress jail: ping will not work inside (open /proc/sys/net/ipv4/ping_group_range: read-only file system)", rtPodman, "unmask=ALL"},
 		{"egress jail: ping will not work inside (permission denied)", rtDocker, `--sysctl net.ipv4.ping_group_range="0 2147483647"`},
 		{"egress jail: ping will not work inside (permission denied)", rtPodman, `--sysctl net.ipv4.ping_group_range="0 65535"`},
