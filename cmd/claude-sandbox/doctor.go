@@ -156,7 +156,7 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 // or not a sandbox was started: its kind from nsexec.PidsLimitKind, a FIX
 // when that finds none or the launch warned it had none.
 func degradedChecks(stdout io.Writer, check func(name, fix string), launch bool) {
-	rt := detectRuntime(realSys)
+	rt := currentRuntime()
 	fix := func(m degradedMode) string { return modeCost(m) + "; to fix: " + modeFix(m, rt) }
 	warnings := ""
 	if launch {
