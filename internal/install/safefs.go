@@ -114,7 +114,7 @@ func (d *Dir) Walk(rel string, mode uint32, uid, gid int, create bool) (*Dir, []
 // open never blocks (O_NONBLOCK: a FIFO planted where a file was expected
 // would hold root's open, or its read, for ever) and what it opened is
 // looked at before it is returned: anything but a regular file or a
-// directory is refused (ErrNotRegular), so no caller reads a FIFO or a
+// directory is refused (errNotRegular), so no caller reads a FIFO or a
 // device. The descriptor stays non-blocking, which a regular file or a
 // directory ignores.
 func openBeneath(dirfd int, name string, flags int) (int, error) {
