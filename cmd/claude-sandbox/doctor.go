@@ -150,16 +150,16 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 // degradedChecks names each degraded mode that applies here, with its
 // cost and the exact remedy for the runtime detected (degraded.go): a
 // degraded sandbox is never reported healthy. When sandboxes start
-// (launch), it starts one as the caller, around unshare --user (a nested
+// (starts), it starts one as the caller, around unshare --user (a nested
 // user namespace): its exit says whether one can be made inside, and its
 // warnings name the other modes. The process limit is one line, whether
 // or not a sandbox was started: its kind from nsexec.PidsLimitKind, a FIX
 // when that finds none or the launch warned it had none.
-func degradedChecks(stdout io.Writer, check func(name, fix string), launch bool) {
+func degradedChecks(stdout io.Writer, check func(name, fix string), starts bool) {
 	rt := currentRuntime()
 	fix := func(m degradedMode) string { return modeCost(m) + "; to fix: " + modeFix(m, rt) }
 	warnings := ""
-	if launch {
+	if starts {
 		where := "this host"
 		if rt != rtHost {
 			where = "a container (" + string(rt) + ")"
@@ -205,7 +205,7 @@ func degradedChecks(stdout io.Writer, check func(name, fix string), launch bool)
 		f = fix(modeNoPidsLimit) + " (the launch warned of it)"
 	}
 	check("a process limit for launches by this user (--pids-limit): "+kind, f)
-	if !launch {
+	if !starts {
 		return
 	}
 	f = ""
