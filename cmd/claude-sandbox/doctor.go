@@ -198,23 +198,32 @@ func degradedChecks(stdout io.Writer, check func(name, fix string), starts bool)
 		}
 	}
 	kind, why := nsexec.PidsLimitKind()
+	check("a process limit for launches by this user (--pids-limit): "+kind, pidsLimitFix(why, warnings, rt))
 	f := ""
-	if why != "" {
-		f = fix(modeNoPidsLimit) + " (" + why + ")"
-	} else if warnedMode(warnings, modeNoPidsLimit) {
-		f = fix(modeNoPidsLimit) + " (the launch warned of it)"
-	}
-	check("a process limit for launches by this user (--pids-limit): "+kind, f)
 	if !starts {
 		return
 	}
-	f = ""
 	if v := pingRangeProblem(realSys.readFile("/proc/sys/net/ipv4/ping_group_range"), os.Getgid()); v != "" {
 		f = v + ": " + fix(modeNoPing)
 	} else if procSysReadOnly() {
 		f = "/proc/sys is read-only here, so the jail cannot allow ping in its namespace: " + fix(modeNoPing) + "; or " + modeFix(modeProcFallback, rt)
 	}
 	check("ping through the egress jail", f)
+}
+
+// pidsLimitFix is the process-limit line's FIX, or "": why is what
+// nsexec.PidsLimitKind found wrong ("" when a limit applies), warnings
+// the launch's (one a line; "" when none was started).
+func pidsLimitFix(why, warnings string, rt runtimeKind) string {
+	switch {
+	case why != "":
+		why = " (" + why + ")"
+	case warnedMode(warnings, modeNoPidsLimit):
+		why = " (the launch warned of it)"
+	default:
+		return ""
+	}
+	return modeCost(modeNoPidsLimit) + "; to fix: " + modeFix(modeNoPidsLimit, rt) + why
 }
 
 // pingRangeProblem says why net.ipv4.ping_group_range (its text) keeps
