@@ -157,6 +157,11 @@ func (b *builder) close() {
 	}
 }
 
+// WarnProcFallback begins the warning of a sandbox given the host's /proc
+// read-only because a fresh one was refused (claude-sandbox's doctor and
+// launch hints look for it).
+const WarnProcFallback = "a fresh /proc was refused"
+
 func (b *builder) warnf(format string, a ...any) {
 	b.warnings = append(b.warnings, fmt.Sprintf(format, a...))
 }
@@ -576,7 +581,7 @@ func (b *builder) proc(dst string) error {
 	// A container that over-mounts parts of its /proc makes the kernel
 	// refuse a new procfs in a user namespace. Fall back to the host's,
 	// read-only: host processes become visible, which is worth a warning.
-	b.warnf("a fresh /proc was refused (%v); bound the host's /proc read-only instead: host processes are visible inside", err)
+	b.warnf(WarnProcFallback+" (%v); bound the host's /proc read-only instead: host processes are visible inside", err)
 	rfd, cerr := cloneTree(oldRoot+"/proc", true, true)
 	if cerr != nil {
 		return &Error{Op: "bind /proc read-only", Src: "/proc", Dst: dst, Err: cerr}

@@ -67,6 +67,10 @@ func kernelRelease() string {
 // cgroup already (see pidscg_linux.go): pid_max is still tried, and no
 // fallback is needed. noCgroup says why there is none, for the warning. It
 // returns a warning when the bound is weaker than asked.
+// WarnNoPidsLimit begins the warning of a sandbox left without a process
+// limit (claude-sandbox's doctor and launch hints look for it).
+const WarnNoPidsLimit = "no process limit"
+
 func limitPids(limit int, hostRoot, cgroup bool, noCgroup string) (string, error) {
 	if limit <= 0 {
 		return "", nil
@@ -81,7 +85,7 @@ func limitPids(limit int, hostRoot, cgroup bool, noCgroup string) (string, error
 			return "", nil
 		}
 		if hostRoot {
-			return fmt.Sprintf("no process limit: the sandbox's kernel.pid_max could not be written (%v); %s; RLIMIT_NPROC does not bind root: a fork bomb inside can exhaust the host's pids (see claude-sandbox doctor)", err, noCgroup), nil
+			return fmt.Sprintf(WarnNoPidsLimit+": the sandbox's kernel.pid_max could not be written (%v); %s; RLIMIT_NPROC does not bind root: a fork bomb inside can exhaust the host's pids (see claude-sandbox doctor)", err, noCgroup), nil
 		}
 		if err := setNproc(limit); err != nil {
 			return "", err
@@ -92,7 +96,7 @@ func limitPids(limit int, hostRoot, cgroup bool, noCgroup string) (string, error
 		return "", nil
 	}
 	if hostRoot {
-		return fmt.Sprintf("no process limit: %s; RLIMIT_NPROC does not bind root: a fork bomb inside can exhaust the host's pids (see claude-sandbox doctor)", noCgroup), nil
+		return fmt.Sprintf(WarnNoPidsLimit+": %s; RLIMIT_NPROC does not bind root: a fork bomb inside can exhaust the host's pids (see claude-sandbox doctor)", noCgroup), nil
 	}
 	return "", setNproc(limit)
 }

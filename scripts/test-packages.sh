@@ -33,8 +33,8 @@ SOURCE_DATE_EPOCH=$epoch bash scripts/release.sh --out "$tmp/a" --arch "$arch" -
 deb=$tmp/a/claude-sandbox_1.2.3+4.gabcdef-1_$arch.deb
 [ -f "$deb" ] || fail "no $deb (built: $(ls "$tmp/a"))"
 
-# Reproducible: another run, an hour later by the clock of the files it
-# stages (touch), with another umask, gives the same package.
+# Reproducible: another run, later (every file it stages is made again,
+# with other times) and with another umask, gives the same package.
 (umask 077 && SOURCE_DATE_EPOCH=$epoch bash scripts/release.sh --out "$tmp/b" --arch "$arch" --version v1.2.3-4-gabcdef --packages "$kinds" >/dev/null)
 for f in "$tmp"/a/*.deb "$tmp"/a/*.rpm; do
   [ -e "$f" ] || continue

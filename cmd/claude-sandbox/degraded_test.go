@@ -3,6 +3,9 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"github.com/claude-sandbox/claude-sandbox/nsexec"
 )
 
 func fakeSys(files map[string]string, env map[string]string) sysView {
@@ -50,7 +53,7 @@ func TestWarningHints(t *testing.T) {
 		{proc, rtPodman, "--security-opt unmask=ALL"},
 		{proc, rtKubernetes, "procMount: Unmasked"},
 		{"no process limit: kernel 6.1 keeps one pid_max", rtDocker, "--pids-limit"},
-		{"process limit not set: the sandbox's kernel.pid_max could not be written", rtHost, "non-root user"},
+		{"no process limit: the sandbox's kernel.pid_max could not be written", rtHost, "non-root user"},
 		{"egress jail: ping will not work inside (open /proc/sys/net/ipv4/ping_group_range: read-only file system)", rtPodman, "unmask=ALL"},
 		{"egress jail: ping will not work inside (permission denied)", rtDocker, `--sysctl net.ipv4.ping_group_range="0 2147483647"`},
 		{"egress jail: ping will not work inside (permission denied)", rtPodman, `--sysctl net.ipv4.ping_group_range="0 65535"`},
@@ -98,5 +101,26 @@ func TestPingRangeProblem(t *testing.T) {
 	}
 	if got := pingRangeProblem("0\t2147483647\n", 1000); got != "" {
 		t.Errorf("every group: %q", got)
+	}
+}
+
+// doctor's one process-limit line: a FIX when nsexec.PidsLimitKind finds
+// no limit, and also when it finds one but the launch warned of none (the
+// two used to be two lines); OK otherwise, whatever else was warned.
+func TestPidsLimitFix(t *testing.T) {
+	noLimit := nsexec.WarnNoPidsLimit + ": the sandbox's kernel.pid_max could not be written (read-only file system)\n"
+	for _, c := range []struct {
+		why, warnings string
+		want          string
+	}{
+		{"no pids cgroup", "", "--pids-limit"},
+		{"", noLimit, "the launch warned of it"},
+		{"", mounts.WarnProcFallback + " (operation not permitted)\n", ""},
+		{"", "", ""},
+	} {
+		got := pidsLimitFix(c.why, c.warnings, rtDocker)
+		if c.want == "" && got != "" || c.want != "" && (!strings.Contains(got, c.want) || !strings.Contains(got, "fork bomb")) {
+			t.Errorf("why %q, warnings %q: %q, want %q", c.why, c.warnings, got, c.want)
+		}
 	}
 }

@@ -101,11 +101,7 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 	}
 	check("a sandbox starts for an unprivileged user", startFix)
 	check("/dev/net/tun for the egress jail (--net=jail, the default)", tunProblem("/dev/net/tun"))
-	if startFix == "" {
-		degradedChecks(stdout, check)
-	}
-	kind, fix := nsexec.PidsLimitKind()
-	check("process limit (--pids-limit) for this user: "+kind, fix)
+	degradedChecks(stdout, check, startFix == "")
 
 	// The installed layout: only where the shadow is (being) used.
 	fmt.Fprintln(stdout, "The shadow (claude run inside the sandbox; sudo claude-sandbox install sets it up):")
@@ -153,50 +149,81 @@ func doctorMain(args []string, stdout, stderr io.Writer) int {
 
 // degradedChecks names each degraded mode that applies here, with its
 // cost and the exact remedy for the runtime detected (degraded.go): a
-// degraded sandbox is never reported healthy. It starts two sandboxes as
-// the caller: one whose warnings it reads, one that tries a nested user
-// namespace.
-func degradedChecks(stdout io.Writer, check func(name, fix string)) {
-	rt := detectRuntime(realSys)
-	where := "this host"
-	if rt != rtHost {
-		where = "a container (" + string(rt) + ")"
-	}
-	fmt.Fprintf(stdout, "Full strength (running in %s):\n", where)
-	start := func(argv ...string) (string, error) {
-		cmd := exec.Command("/proc/self/exe", append([]string{"run", "--net=none", "--bare", "--"}, argv...)...)
+// degraded sandbox is never reported healthy. When sandboxes start
+// (starts), it starts one as the caller, around unshare --user (a nested
+// user namespace): its exit says whether one can be made inside, and its
+// warnings name the other modes. The process limit is one line, whether
+// or not a sandbox was started: its kind from nsexec.PidsLimitKind, a FIX
+// when that finds none or the launch warned it had none.
+func degradedChecks(stdout io.Writer, check func(name, fix string), starts bool) {
+	rt := currentRuntime()
+	fix := func(m degradedMode) string { return modeCost(m) + "; to fix: " + modeFix(m, rt) }
+	warnings := ""
+	if starts {
+		where := "this host"
+		if rt != rtHost {
+			where = "a container (" + string(rt) + ")"
+		}
+		fmt.Fprintf(stdout, "Full strength (running in %s):\n", where)
+		argv := []string{"run", "--net=none", "--bare", "--", "/bin/true"}
+		unshare, lookErr := exec.LookPath("unshare")
+		if lookErr == nil {
+			argv = append(argv[:len(argv)-1], unshare, "--user", "/bin/true")
+		}
+		cmd := exec.Command("/proc/self/exe", argv...)
 		cmd.Dir, cmd.Env = "/", []string{"PATH=/usr/bin:/bin"}
 		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	fix := func(m degradedMode) string { return modeCost(m) + "; to fix: " + modeFix(m, rt) }
-	out, _ := start("/bin/true")
-	f := ""
-	if strings.Contains(out, "a fresh /proc was refused") {
-		f = fix(modeProcFallback)
-	}
-	check("a fresh /proc inside the sandbox", f)
-	if unshare, err := exec.LookPath("unshare"); err != nil {
-		fmt.Fprintln(stdout, "--   nested user namespaces: no unshare(1) here to try one with")
-	} else {
-		f = ""
-		if o, err := start(unshare, "--user", "/bin/true"); err != nil {
-			f = fix(modeNoNestedUserNS) + " (unshare --user inside: " + strings.TrimSpace(o) + ")"
+		// The launcher's warnings, and what else was said (unshare's).
+		var said []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if w, ok := strings.CutPrefix(l, "claude-sandbox: warning: "); ok {
+				warnings += w + "\n"
+			} else if l != "" {
+				said = append(said, l)
+			}
 		}
-		check("nested user namespaces inside the sandbox", f)
+		f := ""
+		if warnedMode(warnings, modeProcFallback) {
+			f = fix(modeProcFallback)
+		}
+		check("a fresh /proc inside the sandbox", f)
+		if lookErr != nil {
+			fmt.Fprintln(stdout, "--   nested user namespaces: no unshare(1) here to try one with")
+		} else {
+			f = ""
+			if err != nil {
+				f = fix(modeNoNestedUserNS) + " (unshare --user inside: " + strings.Join(said, "; ") + ")"
+			}
+			check("nested user namespaces inside the sandbox", f)
+		}
 	}
-	f = ""
-	if strings.Contains(out, "no process limit") || strings.Contains(out, "process limit not set") {
-		f = fix(modeNoPidsLimit)
+	kind, why := nsexec.PidsLimitKind()
+	check("a process limit for launches by this user (--pids-limit): "+kind, pidsLimitFix(why, warnings, rt))
+	f := ""
+	if !starts {
+		return
 	}
-	check("a process limit for launches by this user", f)
-	f = ""
 	if v := pingRangeProblem(realSys.readFile("/proc/sys/net/ipv4/ping_group_range"), os.Getgid()); v != "" {
 		f = v + ": " + fix(modeNoPing)
 	} else if procSysReadOnly() {
 		f = "/proc/sys is read-only here, so the jail cannot allow ping in its namespace: " + fix(modeNoPing) + "; or " + modeFix(modeProcFallback, rt)
 	}
 	check("ping through the egress jail", f)
+}
+
+// pidsLimitFix is the process-limit line's FIX, or "": why is what
+// nsexec.PidsLimitKind found wrong ("" when a limit applies), warnings
+// the launch's (one a line; "" when none was started).
+func pidsLimitFix(why, warnings string, rt runtimeKind) string {
+	switch {
+	case why != "":
+		why = " (" + why + ")"
+	case warnedMode(warnings, modeNoPidsLimit):
+		why = " (the launch warned of it)"
+	default:
+		return ""
+	}
+	return modeCost(modeNoPidsLimit) + "; to fix: " + modeFix(modeNoPidsLimit, rt) + why
 }
 
 // pingRangeProblem says why net.ipv4.ping_group_range (its text) keeps

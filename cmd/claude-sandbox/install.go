@@ -31,8 +31,9 @@ the shadow at /usr/local/bin/claude, moves the real Claude Code binary from
 ~/.local/bin/claude (or --real PATH) to /usr/libexec/claude-sandbox/claude
 (an npm-installed Claude Code stays in node_modules: the shadow takes the
 place of npm's /usr/local/bin/claude link, and the relocated place links
-to the package's binary), copies --config FILE to /etc/claude-sandbox.conf, and merges the integrity
-guard into /etc/claude-code/managed-settings.json. It first checks that
+to the package's binary), copies --config FILE to /etc/claude-sandbox.conf,
+and merges the integrity guard into /etc/claude-code/managed-settings.json.
+It first checks that
 user namespaces and /dev/net/tun work, that --config parses and --real
 exists, and refuses with the fix, having written nothing, when they do
 not (--skip-checks: for image builds). The changes are one transaction: a

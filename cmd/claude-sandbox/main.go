@@ -295,9 +295,10 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		return 0
 	}
 	nopts := nsexec.Options{Early: early, Clipboard: x.osc52}
-	rt := detectRuntime(realSys)
-	// Each degraded mode's warning names its remedy for this runtime.
-	nopts.Warn = func(w string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", w+warningHint(w, rt)) }
+	// Each degraded mode's warning names its remedy for the container
+	// runtime, which is looked for only then (launchWarning).
+	warn := func(w string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", launchWarning(w)) }
+	nopts.Warn = warn
 	var logger *slog.Logger
 	if x.debug {
 		l, closeLog, err := debugLogger(x.debugFile, stderr)
@@ -315,9 +316,9 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	if setup != nil {
 		for _, w := range setup.Warnings {
-			fmt.Fprintln(stderr, "claude-sandbox: warning:", w+warningHint(w, rt))
+			warn(w)
 		}
-		jo := jail.Options{Summary: stderr, MaxUDPFlows: x.udpFlows, UDPIdleTimeout: x.udpIdle, Logger: logger, Warn: func(m string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", m+warningHint(m, rt)) }}
+		jo := jail.Options{Summary: stderr, MaxUDPFlows: x.udpFlows, UDPIdleTimeout: x.udpIdle, Logger: logger, Warn: warn}
 		jo.HostPorts = p.Egress.HostPorts
 		if len(p.Egress.Publish) > 0 {
 			// Before the sandbox starts: a port in use fails the launch.
@@ -374,7 +375,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "claude-sandbox:", err)
-		if h := setupHint(err.Error(), rt, realSys); h != "" {
+		if h := setupHint(err.Error(), currentRuntime(), realSys); h != "" {
 			fmt.Fprintln(stderr, "claude-sandbox:", h)
 		}
 	}

@@ -218,9 +218,6 @@ type run struct {
 	j    *Journal
 	st   installState
 	verb string
-	// keepShadow: uninstall's removeTree leaves the shadow's place alone
-	// (the real Claude Code went back there, or it is not the shadow).
-	keepShadow bool
 }
 
 func (r *run) say(format string, a ...any) {

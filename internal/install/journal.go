@@ -132,10 +132,7 @@ func (j *Journal) Commit() {
 			continue
 		}
 		if d, err := openParent(c.Base, c.Backup); err == nil {
-			name := filepath.Base(c.Backup)
-			if unix.Unlinkat(d.fd, name, 0) != nil {
-				_ = os.RemoveAll(filepath.Join(d.path, name))
-			}
+			_ = removeAllAt(d.fd, filepath.Base(c.Backup))
 			d.Close()
 		}
 	}

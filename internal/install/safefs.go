@@ -114,10 +114,24 @@ func (d *Dir) Walk(rel string, mode uint32, uid, gid int, create bool) (*Dir, []
 // open never blocks (O_NONBLOCK: a FIFO planted where a file was expected
 // would hold root's open, or its read, for ever) and what it opened is
 // looked at before it is returned: anything but a regular file or a
-// directory is refused (ErrNotRegular), so no caller reads a FIFO or a
+// directory is refused (errNotRegular), so no caller reads a FIFO or a
 // device. The descriptor stays non-blocking, which a regular file or a
 // directory ignores.
 func openBeneath(dirfd int, name string, flags int) (int, error) {
+	var st unix.Stat_t
+	return openStat(dirfd, name, flags, &st, false)
+}
+
+// openRegular opens the regular file name in dirfd as openBeneath does,
+// refusing a directory too.
+func openRegular(dirfd int, name string, flags int) (int, error) {
+	var st unix.Stat_t
+	return openStat(dirfd, name, flags, &st, true)
+}
+
+// openStat is openBeneath (openRegular when regular is set), leaving in st
+// what it opened.
+func openStat(dirfd int, name string, flags int, st *unix.Stat_t, regular bool) (int, error) {
 	how := &unix.OpenHow{Flags: uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NONBLOCK), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
 	for i := 0; ; i++ {
 		fd, err := unix.Openat2(dirfd, name, how)
@@ -127,35 +141,16 @@ func openBeneath(dirfd int, name string, flags int) (int, error) {
 		if err != nil {
 			return fd, err
 		}
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
+		if err := unix.Fstat(fd, st); err != nil {
 			unix.Close(fd)
 			return -1, err
 		}
-		if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
+		if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && (regular || t != unix.S_IFDIR) {
 			unix.Close(fd)
 			return -1, errNotRegular
 		}
 		return fd, nil
 	}
-}
-
-// openRegular opens the regular file name in dirfd as openBeneath does,
-// refusing a directory too.
-func openRegular(dirfd int, name string, flags int) (int, error) {
-	fd, err := openBeneath(dirfd, name, flags)
-	if err != nil {
-		return fd, err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
-		if err == nil {
-			err = errNotRegular
-		}
-		return -1, err
-	}
-	return fd, nil
 }
 
 // errNotRegular is openBeneath's refusal of a FIFO, socket or device.

@@ -3,6 +3,7 @@ package install
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -250,52 +251,29 @@ func copyAt(src, dst int, name, from, to string, depth int, warn func(string, ..
 		_ = unix.UtimesNanoAt(dst, name, times(&st), unix.AT_SYMLINK_NOFOLLOW)
 		return nil
 	case unix.S_IFREG:
-		in, err := openRegular(src, name, unix.O_RDONLY)
+		in, err := openStat(src, name, unix.O_RDONLY, &st, true)
 		if err != nil {
 			return describe(src, name, from, err)
 		}
-		defer unix.Close(in)
-		if err := unix.Fstat(in, &st); err != nil {
-			return &fs.PathError{Op: "stat", Path: from, Err: err}
-		}
+		inf := os.NewFile(uintptr(in), from)
+		defer inf.Close()
 		out, err := unix.Openat(dst, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err != nil {
 			return describe(dst, name, to, err)
 		}
-		defer unix.Close(out)
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := unix.Read(in, buf)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil {
-				return &fs.PathError{Op: "read", Path: from, Err: err}
-			}
-			if n == 0 {
-				break
-			}
-			for b := buf[:n]; len(b) > 0; {
-				m, err := unix.Write(out, b)
-				if err == unix.EINTR {
-					continue
-				}
-				if err != nil {
-					return &fs.PathError{Op: "write", Path: to, Err: err}
-				}
-				b = b[m:]
-			}
+		outf := os.NewFile(uintptr(out), to)
+		defer outf.Close()
+		// (copy_file_range between the two descriptors, where it can.)
+		if _, err := io.Copy(outf, inf); err != nil {
+			return err
 		}
 		return setMeta(out, &st, perm(&st), times(&st), to)
 	case unix.S_IFDIR:
-		sfd, err := openBeneath(src, name, unix.O_DIRECTORY|unix.O_RDONLY)
+		sfd, err := openStat(src, name, unix.O_DIRECTORY|unix.O_RDONLY, &st, false)
 		if err != nil {
 			return describe(src, name, from, err)
 		}
 		defer unix.Close(sfd)
-		if err := unix.Fstat(sfd, &st); err != nil {
-			return &fs.PathError{Op: "stat", Path: from, Err: err}
-		}
 		if err := unix.Mkdirat(dst, name, 0o700); err != nil {
 			return &fs.PathError{Op: "mkdir", Path: to, Err: err}
 		}

@@ -83,13 +83,12 @@ func (r *run) restoreReal() error {
 		// binary): the shadow makes way for it, when it is still ours.
 		if !r.ownShadow() {
 			r.warn("%s is no longer the shadow (npm update -g, or a new Claude Code?): left as it is", l.Shadow())
-			r.keepShadow = true
 			return nil
 		}
 		if _, err := j.remove(l.Shadow(), "the shadow, making way for the real Claude Code"); err != nil {
 			return err
 		}
-		r.keepShadow, madeWay = true, true
+		madeWay = true
 	}
 	switch {
 	case !madeWay && func() bool { _, err := os.Lstat(st.RealOrigin); return err == nil }():
@@ -241,7 +240,9 @@ func (r *run) restoreConfig() error {
 func (r *run) removeTree() error {
 	paths := []string{r.l.Libexec()}
 	switch {
-	case r.keepShadow:
+	case r.st.RealOrigin == r.l.Shadow():
+		// restoreReal put the real Claude Code back there, or left what
+		// is there alone: not the shadow.
 	case r.ownShadow():
 		paths = append(paths, r.l.Shadow())
 	default:
@@ -254,7 +255,7 @@ func (r *run) removeTree() error {
 			return err
 		}
 	}
-	if link := r.st.ShadowLink; link != "" && !r.keepShadow && slices.Contains(paths, r.l.Shadow()) {
+	if link := r.st.ShadowLink; link != "" && slices.Contains(paths, r.l.Shadow()) {
 		if err := r.j.symlink(link, r.l.Shadow(), "npm's link, back"); err != nil {
 			return err
 		}

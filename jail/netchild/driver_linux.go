@@ -31,6 +31,11 @@ import (
 // binary that links this package.
 const Name = "claude-sandbox/jail"
 
+// WarnNoPing begins the warning that ping will not work inside (the jail
+// could not allow ping sockets in its namespace); claude-sandbox's doctor
+// and launch hints look for it.
+const WarnNoPing = "egress jail: ping will not work inside"
+
 func init() {
 	nsexec.RegisterNetChild(Name, netChild{})
 	nsexec.InitHeldEarly() // a holder stage left by nsexec/stageinit runs here
@@ -113,7 +118,7 @@ func (netChild) Setup(data []byte, warn func(string)) (files []*os.File, reply [
 	// allow it for the caller's group, so ping works without a raw socket.
 	gid := os.Getgid()
 	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte(fmt.Sprintf("%d %d", gid, gid)), 0); err != nil {
-		warn(fmt.Sprintf("egress jail: ping will not work inside (%v)", err))
+		warn(fmt.Sprintf(WarnNoPing+" (%v)", err))
 	}
 	names := make([]string, len(d.Devices))
 	for i, dev := range d.Devices {
