@@ -96,18 +96,6 @@ func gitValue(v string) string {
 	return strings.TrimRightFunc(b.String(), func(r rune) bool { return r == ' ' || r == '\t' })
 }
 
-// hooksPath returns core.hooksPath from a git config file's text (the
-// last one wins, as in git), unquoted.
-func hooksPath(cfg string) string {
-	val := ""
-	for _, e := range gitConfigEntries(cfg) {
-		if e.section == "core" && e.subsection == "" && e.key == "hookspath" {
-			val = e.value
-		}
-	}
-	return val
-}
-
 // hooksPathsOf returns every core.hooksPath value of the config file
 // name and of the files it includes (at most 10 deep, as git), each
 // with the file it came from.
