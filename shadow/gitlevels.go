@@ -31,9 +31,15 @@ func gitConfigEntries(cfg string) []gitEntry {
 	lines := strings.Split(cfg, "\n")
 	for i := 0; i < len(lines); i++ {
 		line := strings.TrimSpace(lines[i])
-		for strings.HasSuffix(line, "\\") && !strings.HasSuffix(line, "\\\\") && i+1 < len(lines) {
-			i++
-			line = line[:len(line)-1] + lines[i]
+		if continued(line) && i+1 < len(lines) {
+			// Joined in one buffer: adding each line to a string would
+			// copy all so far, quadratic in a session's 1 MiB of them.
+			buf := []byte(line)
+			for continued(string(buf[max(0, len(buf)-2):])) && i+1 < len(lines) {
+				i++
+				buf = append(buf[:len(buf)-1], lines[i]...)
+			}
+			line = string(buf)
 		}
 		if line == "" || line[0] == '#' || line[0] == ';' {
 			continue
@@ -63,6 +69,12 @@ func gitConfigEntries(cfg string) []gitEntry {
 		out = append(out, gitEntry{section, sub, strings.ToLower(strings.TrimSpace(k)), gitValue(v)})
 	}
 	return out
+}
+
+// continued reports whether a config line goes on in the next one (it
+// ends in a backslash that is not itself escaped).
+func continued(s string) bool {
+	return strings.HasSuffix(s, "\\") && !strings.HasSuffix(s, "\\\\")
 }
 
 // gitValue decodes a value: quotes removed, escapes applied, an
