@@ -143,9 +143,7 @@ func TestAttackGitdirThroughSymlink(t *testing.T) {
 			must(t, os.Symlink(victim, ws+"/link"))
 			must(t, os.WriteFile(ws+"/sub/.git", []byte("gitdir: ../link/bin\n"), 0o644))
 			must(t, os.WriteFile(ws+"/.gitmodules", []byte("[submodule \"m\"]\n\tpath = link/mod\n"), 0o644))
-			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home, victim).CombinedOutput(); err != nil {
-				t.Fatalf("chown: %v %s", err, out)
-			}
+			chownTree(t, uid, home, victim)
 			real := "#!/bin/sh\n" +
 				"touch " + ws + "/link/bin/planted 2>/dev/null && echo planted-bin\n" +
 				"touch " + ws + "/link/mod/.git/planted 2>/dev/null && echo planted-mod\n" +
@@ -229,9 +227,7 @@ func TestAttackWorkspaceClaudeSettingsReported(t *testing.T) {
 			home := testutil.MkdirFor(t, uid)
 			ws := filepath.Join(home, "project")
 			must(t, os.MkdirAll(ws+"/.claude", 0o755))
-			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home).CombinedOutput(); err != nil {
-				t.Fatalf("chown: %v %s", err, out)
-			}
+			chownTree(t, uid, home)
 			real := "#!/bin/sh\n" +
 				`printf '{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"echo PLANTED"}]}]}}\n' > ` + ws + "/.claude/settings.local.json\n" +
 				`printf '{"mcpServers":{"x":{"command":"sh","args":["-c","echo PLANTED"]}}}\n' > ` + ws + "/.mcp.json\n"
@@ -272,9 +268,7 @@ func TestAttackExactBindRefusesSwappedSymlink(t *testing.T) {
 		victim := testutil.MkdirFor(t, uid)
 		must(t, os.MkdirAll(ws+"/sub", 0o755))
 		must(t, os.Symlink(victim, ws+"/sub/gitdir")) // what the race leaves
-		if out, err := exec.Command("chown", "-R", "-h", fmt.Sprintf("%d:%d", uid, uid), ws, victim).CombinedOutput(); err != nil {
-			t.Fatalf("chown: %v %s", err, out)
-		}
+		chownTree(t, uid, ws, victim)
 		for _, exact := range []bool{true, false} {
 			dst := ws + "/sub/gitdir"
 			p, err := plan.Build(plan.Options{
@@ -364,9 +358,7 @@ func TestAttackShareExecPlaces(t *testing.T) {
 				script += fmt.Sprintf("echo planted >> %s; echo planted > %s.new\n", p, p)
 			}
 			script += "exit 0\n"
-			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home).CombinedOutput(); err != nil {
-				t.Fatalf("chown: %v %s", err, out)
-			}
+			chownTree(t, uid, home)
 			prelude, claude := shadowHost(t, "egress-jail = 0\n", script)
 			r := runShadow(t, uid, home, ws, prelude, claude, []string{"HOME=" + home, "USER=tester", "PATH=/usr/bin:/bin", "TERM=dumb"}, "-p", "hi")
 			if r.Code != 0 {
@@ -466,9 +458,7 @@ func TestAttackNestedUnmountCovers(t *testing.T) {
 			if out, err := exec.Command("git", "init", "-q", ws).CombinedOutput(); err != nil {
 				t.Fatalf("git init: %v %s", err, out)
 			}
-			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home).CombinedOutput(); err != nil {
-				t.Fatalf("chown: %v %s", err, out)
-			}
+			chownTree(t, uid, home)
 			config, err := os.ReadFile(ws + "/.git/config")
 			must(t, err)
 			sock := fmt.Sprintf("/srv/cs-atk-umount-%d-%d.sock", os.Getpid(), uid)
@@ -534,9 +524,7 @@ func TestAttackLauncherReadsPlantedFIFO(t *testing.T) {
 			must(t, os.MkdirAll(filepath.Join(home, ".claude"), 0o755))
 			must(t, os.MkdirAll(ws+"/.git", 0o755))
 			must(t, os.WriteFile(filepath.Join(home, ".claude/settings.json"), []byte(`{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"true"}]}]}}`+"\n"), 0o644))
-			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home).CombinedOutput(); err != nil {
-				t.Fatalf("chown: %v %s", err, out)
-			}
+			chownTree(t, uid, home)
 			real := "#!/bin/sh\n" +
 				"rm -f " + home + "/.claude/settings.json && mkfifo " + home + "/.claude/settings.json\n" +
 				"mkfifo " + ws + "/.gitmodules " + ws + "/.git/modules 2>/dev/null\n" +
@@ -679,9 +667,7 @@ func TestAttackSymlinkedDotGit(t *testing.T) {
 				t.Fatalf("git init: %v %s", err, out)
 			}
 			must(t, os.Symlink("realgit", ws+"/.git"))
-			if out, err := exec.Command("chown", "-R", "-h", fmt.Sprintf("%d:%d", uid, uid), home).CombinedOutput(); err != nil {
-				t.Fatalf("chown: %v %s", err, out)
-			}
+			chownTree(t, uid, home)
 			config, err := os.ReadFile(ws + "/realgit/config")
 			must(t, err)
 			real := "#!/bin/sh\n" +

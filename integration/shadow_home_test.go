@@ -14,6 +14,17 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/plan"
 )
 
+// chownTree gives the trees at paths, and everything in them, to uid:uid
+// (a fixture made as root for a session of uid). -h: a symlink in a tree
+// is changed itself, its target never.
+func chownTree(t *testing.T, uid int, paths ...string) {
+	t.Helper()
+	args := append([]string{"-R", "-h", fmt.Sprintf("%d:%d", uid, uid)}, paths...)
+	if out, err := exec.Command("chown", args...).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v %s", err, out)
+	}
+}
+
 // twoSessionClaude is the real binary of the two-session attack: with a
 // plant.sh in the workspace it runs it (session 1) and removes it;
 // otherwise (session 2) it reports what it sees at the planted places.
@@ -58,9 +69,7 @@ func TestShadowHomeLinkForNextSession(t *testing.T) {
 				must(t, os.WriteFile(filepath.Join(home, "private/python/token"), []byte("HOST-TOKEN\n"), 0o600))
 				must(t, os.WriteFile(filepath.Join(ws, "planted-at"), []byte(tc.at+"\n"), 0o644))
 				must(t, os.WriteFile(filepath.Join(ws, "target"), []byte(tc.target+"\n"), 0o644))
-				if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home).CombinedOutput(); err != nil {
-					t.Fatalf("chown: %v %s", err, out)
-				}
+				chownTree(t, uid, home)
 				conf := "egress-jail = 0\n" + strings.ReplaceAll(tc.conf, "HOME", home)
 				prelude, claude := shadowHost(t, conf, twoSessionClaude)
 				// Session 0: how many mounts the link's target has anyway.
@@ -119,9 +128,7 @@ func TestAttackExactOverlayRefusesSwappedSymlink(t *testing.T) {
 		// name below the host root's mount point, where an absolute link
 		// would miss.
 		must(t, os.Symlink("../victim", tree+"/local"))
-		if out, err := exec.Command("chown", "-R", "-h", fmt.Sprintf("%d:%d", uid, uid), base).CombinedOutput(); err != nil {
-			t.Fatalf("chown: %v %s", err, out)
-		}
+		chownTree(t, uid, base)
 		for _, exact := range []bool{true, false} {
 			dst := tree + "/local"
 			p, err := plan.Build(plan.Options{
@@ -243,9 +250,7 @@ func TestShadowHomeDenyByDefault(t *testing.T) {
 				must(t, os.MkdirAll(filepath.Dir(filepath.Join(home, rel)), 0o755))
 				must(t, os.WriteFile(filepath.Join(home, rel), []byte(data), 0o600))
 			}
-			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home).CombinedOutput(); err != nil {
-				t.Fatalf("chown: %v %s", err, out)
-			}
+			chownTree(t, uid, home)
 			prelude, claude := shadowHost(t, "egress-jail = 0\n", denyClaude)
 			done := make(chan testutil.Result, 1)
 			go func() { done <- runShadow(t, uid, home, ws, prelude, claude, surfaceEnv(home), "-p", "x") }()

@@ -29,7 +29,7 @@ mkdir -p .vscode && printf '{ // tasks\n "tasks": [{"label": "x", "command": "ec
 exit 0
 `
 
-// runShadowRusage is runShadow returning the peak RSS (KiB) of the
+// runShadowRusage is runShadow (its command: shadowCmd) returning the peak RSS (KiB) of the
 // launcher and every process it waited for, as rusageprobe reports it.
 // Not this process's own wait4: a child it starts shares its memory until
 // exec (vfork), and the kernel carries that memory's peak into the child's
@@ -37,11 +37,7 @@ exit 0
 func runShadowRusage(t *testing.T, uid int, home, cwd, prelude, claude string, env []string, args ...string) (testutil.Result, int64) {
 	t.Helper()
 	probe := testutil.Build(t, "./integration/rusageprobe")
-	inner := fmt.Sprintf("%s && cd %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s %s",
-		prelude, cwd, uid, uid, strings.Join(env, " "), claude, strings.Join(args, " "))
-	cmd := exec.Command(probe, "unshare", "--mount", "--propagation", "private", "sh", "-c", inner)
-	cmd.Dir = "/"
-	r := testutil.Run(t, cmd)
+	r := testutil.Run(t, shadowCmd(t, []string{probe}, uid, cwd, prelude, claude, env, args...))
 	rss := int64(-1)
 	for _, line := range strings.Split(r.Stderr, "\n") {
 		if f := strings.Fields(line); len(f) == 6 && f[0] == "rusage" {
@@ -77,9 +73,7 @@ func TestShadowHostileState(t *testing.T) {
 			} {
 				must(t, os.WriteFile(filepath.Join(home, f), []byte(s), 0o755))
 			}
-			if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", uid, uid), home).CombinedOutput(); err != nil {
-				t.Fatalf("chown: %v %s", err, out)
-			}
+			chownTree(t, uid, home)
 			prelude, claude := shadowHost(t, "egress-jail = 0\n", hostileClaude)
 			r, rss := runShadowRusage(t, uid, home, ws, prelude, claude, surfaceEnv(home), "-p", "x")
 			if r.Code != 0 {

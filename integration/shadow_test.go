@@ -99,6 +99,14 @@ exit 3
 // TestVerifyInsideSandbox's and the e2e tests do).
 func runShadow(t *testing.T, uid int, home, cwd, prelude, claude string, env []string, args ...string) testutil.Result {
 	t.Helper()
+	return testutil.Run(t, shadowCmd(t, nil, uid, cwd, prelude, claude, env, args...))
+}
+
+// shadowCmd is runShadow's command (its network-safety check made),
+// started through wrap (a program that runs the rest, such as
+// rusageprobe) when wrap is given.
+func shadowCmd(t *testing.T, wrap []string, uid int, cwd, prelude, claude string, env []string, args ...string) *exec.Cmd {
+	t.Helper()
 	if v, ok := shadowConfs.Load(claude); ok && !slices.Contains(env, "IS_SANDBOX=1") {
 		if c, err := shadow.ParseConfig("claude-sandbox.conf", strings.NewReader(v.(string))); err == nil && c.EgressJail {
 			t.Fatalf("network safety: runShadow runs on the test's own network; a shadow with the egress jail on (configuration %q) must run in a lab network", v)
@@ -106,9 +114,10 @@ func runShadow(t *testing.T, uid int, home, cwd, prelude, claude string, env []s
 	}
 	inner := fmt.Sprintf("%s && cd %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s %s",
 		prelude, cwd, uid, uid, strings.Join(env, " "), claude, strings.Join(args, " "))
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", inner)
+	argv := append(slices.Clone(wrap), "unshare", "--mount", "--propagation", "private", "sh", "-c", inner)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = "/"
-	return testutil.Run(t, cmd)
+	return cmd
 }
 
 func TestShadowLaunchesRealBinaryInSandbox(t *testing.T) {

@@ -176,15 +176,7 @@ var configKeys = []configKey{
 	{"egress-jail", func(c *Config, v configValue) error { return setBool(&c.EgressJail, v) }},
 	{"allow-write", func(c *Config, v configValue) error { return addParsed(&c.AllowWrite, v, absPath) }},
 	{"allow-ip", func(c *Config, v configValue) error { return addParsed(&c.AllowIP, v, netpolicy.ParseAllow) }},
-	{"internet-cidr", func(c *Config, v configValue) error {
-		return addParsed(&c.InternetCIDR, v, func(s string) (netip.Prefix, error) {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return p, fmt.Errorf("%q is not a CIDR (e.g. 198.18.0.0/15)", s)
-			}
-			return p.Masked(), nil
-		})
-	}},
+	{"internet-cidr", func(c *Config, v configValue) error { return addParsed(&c.InternetCIDR, v, internetCIDR) }},
 	{"allow-domain", func(c *Config, v configValue) error { return addDomain(&c.AllowDomain, v) }},
 	{"deny-domain", func(c *Config, v configValue) error { return addDomain(&c.DenyDomain, v) }},
 	{"allow-host-port", func(c *Config, v configValue) error {
@@ -269,35 +261,8 @@ var configKeys = []configKey{
 		}
 		return nil
 	}},
-	{"ssh-key", func(c *Config, v configValue) error {
-		if err := v.need(); err != nil {
-			return err
-		}
-		if !strings.HasPrefix(v.s, "SHA256:") {
-			if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(v.s)); err != nil {
-				return fmt.Errorf("%q is not a public key line (KEYTYPE BASE64) or a SHA256: fingerprint", v.s)
-			}
-		}
-		c.SSHKey = append(c.SSHKey, v.s)
-		return nil
-	}},
-	{"ssh-host-key", func(c *Config, v configValue) error {
-		if err := v.need(); err != nil {
-			return err
-		}
-		f := strings.Fields(v.s)
-		if len(f) != 3 {
-			return fmt.Errorf("%q: use HOST KEYTYPE BASE64", v.s)
-		}
-		if _, _, err := sshagent.ParseHost(f[0]); err != nil {
-			return err
-		}
-		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(f[1] + " " + f[2])); err != nil {
-			return fmt.Errorf("%q: not a host key: %v", v.s, err)
-		}
-		c.SSHHostKey = append(c.SSHHostKey, v.s)
-		return nil
-	}},
+	{"ssh-key", func(c *Config, v configValue) error { return addParsed(&c.SSHKey, v, sshKey) }},
+	{"ssh-host-key", func(c *Config, v configValue) error { return addParsed(&c.SSHHostKey, v, sshHostKey) }},
 	{"debug", func(c *Config, v configValue) error { return setBool(&c.Debug, v) }},
 	{"debug-file", func(c *Config, v configValue) error {
 		var p string
@@ -363,6 +328,42 @@ func addParsed[T any](dst *[]T, v configValue, parse func(string) (T, error)) er
 	}
 	*dst = append(*dst, e)
 	return nil
+}
+
+// internetCIDR reads an internet-cidr value: a prefix, masked.
+func internetCIDR(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return p, fmt.Errorf("%q is not a CIDR (e.g. 198.18.0.0/15)", s)
+	}
+	return p.Masked(), nil
+}
+
+// sshKey checks an ssh-key value: an authorized_keys line or a SHA256:
+// fingerprint (kept as written; sshagent.NewPolicy reads it).
+func sshKey(s string) (string, error) {
+	if !strings.HasPrefix(s, "SHA256:") {
+		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(s)); err != nil {
+			return "", fmt.Errorf("%q is not a public key line (KEYTYPE BASE64) or a SHA256: fingerprint", s)
+		}
+	}
+	return s, nil
+}
+
+// sshHostKey checks an ssh-host-key value: HOST KEYTYPE BASE64 (kept as
+// written; sshagent.NewPolicy reads it).
+func sshHostKey(s string) (string, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return "", fmt.Errorf("%q: use HOST KEYTYPE BASE64", s)
+	}
+	if _, _, err := sshagent.ParseHost(f[0]); err != nil {
+		return "", err
+	}
+	if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(f[1] + " " + f[2])); err != nil {
+		return "", fmt.Errorf("%q: not a host key: %v", s, err)
+	}
+	return s, nil
 }
 
 // addDomain appends a jail domain entry (a name or a preset) to *dst.

@@ -1,6 +1,7 @@
 package shadow
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -115,7 +116,7 @@ func jsonc(b []byte) []byte {
 				i++
 			}
 		case c == '/' && i+1 < len(b) && b[i+1] == '*':
-			end := strings.Index(string(b[i+2:]), "*/")
+			end := bytes.Index(b[i+2:], []byte("*/")) // no copy of the rest per comment
 			if end < 0 {
 				return append(out, b[i:]...)
 			}

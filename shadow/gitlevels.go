@@ -31,9 +31,15 @@ func gitConfigEntries(cfg string) []gitEntry {
 	lines := strings.Split(cfg, "\n")
 	for i := 0; i < len(lines); i++ {
 		line := strings.TrimSpace(lines[i])
-		for strings.HasSuffix(line, "\\") && !strings.HasSuffix(line, "\\\\") && i+1 < len(lines) {
-			i++
-			line = line[:len(line)-1] + lines[i]
+		if continued(line) && i+1 < len(lines) {
+			// Joined in one buffer: adding each line to a string would
+			// copy all so far, quadratic in a session's 1 MiB of them.
+			buf := []byte(line)
+			for continued(string(buf[max(0, len(buf)-2):])) && i+1 < len(lines) {
+				i++
+				buf = append(buf[:len(buf)-1], lines[i]...)
+			}
+			line = string(buf)
 		}
 		if line == "" || line[0] == '#' || line[0] == ';' {
 			continue
@@ -65,6 +71,12 @@ func gitConfigEntries(cfg string) []gitEntry {
 	return out
 }
 
+// continued reports whether a config line goes on in the next one (it
+// ends in a backslash that is not itself escaped).
+func continued(s string) bool {
+	return strings.HasSuffix(s, "\\") && !strings.HasSuffix(s, "\\\\")
+}
+
 // gitValue decodes a value: quotes removed, escapes applied, an
 // unquoted comment dropped.
 func gitValue(v string) string {
@@ -94,18 +106,6 @@ func gitValue(v string) string {
 		}
 	}
 	return strings.TrimRightFunc(b.String(), func(r rune) bool { return r == ' ' || r == '\t' })
-}
-
-// hooksPath returns core.hooksPath from a git config file's text (the
-// last one wins, as in git), unquoted.
-func hooksPath(cfg string) string {
-	val := ""
-	for _, e := range gitConfigEntries(cfg) {
-		if e.section == "core" && e.subsection == "" && e.key == "hookspath" {
-			val = e.value
-		}
-	}
-	return val
 }
 
 // hooksPathsOf returns every core.hooksPath value of the config file

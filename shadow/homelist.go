@@ -148,11 +148,13 @@ func executedEntry(p string) bool {
 // default's). Nothing is created on the host.
 func homeEntryOps(in Inputs, home string, extra []HomeEntry) []mounts.Op {
 	var ops []mounts.Op
+	share := false // ~/.local/share is a directory: Claude Code's own entries are masked in it
 	for _, dir := range []string{".cache", ".local/share"} {
 		fi, err := in.Stat(home + "/" + dir)
 		if err != nil || !fi.IsDir() {
 			continue
 		}
+		share = share || dir == ".local/share"
 		mode := mounts.Mode(fi.Mode().Perm())
 		if mode == 0 {
 			mode = 0o755
@@ -177,7 +179,7 @@ func homeEntryOps(in Inputs, home string, extra []HomeEntry) []mounts.Op {
 		kind := map[EntryMode]mounts.Kind{EntryRO: mounts.ROBind, EntrySession: mounts.Overlay, EntryRW: mounts.Bind}[byPath[rel]]
 		ops = append(ops, mounts.Op{Kind: kind, Src: p, Dst: p, Optional: true})
 	}
-	if fi, err := in.Stat(home + "/.local/share"); err == nil && fi.IsDir() {
+	if share {
 		for _, n := range shareMask {
 			ops = append(ops, mounts.Op{Kind: mounts.Tmpfs, Dst: home + "/.local/share/" + n, Mode: 0o755})
 		}

@@ -117,6 +117,19 @@ func TestGitMissingHooksCreated(t *testing.T) {
 	}
 }
 
+// hooksPath returns core.hooksPath from a git config file's text (the
+// last one wins, as in git), unquoted: TestHooksPath's view of
+// gitConfigEntries (production collects every value: hooksPathsOf).
+func hooksPath(cfg string) string {
+	val := ""
+	for _, e := range gitConfigEntries(cfg) {
+		if e.section == "core" && e.subsection == "" && e.key == "hookspath" {
+			val = e.value
+		}
+	}
+	return val
+}
+
 func TestHooksPath(t *testing.T) {
 	cases := map[string]string{
 		"[core]\n\thooksPath = .husky\n":                    ".husky",

@@ -80,3 +80,26 @@ func TestWatchClaudeJSONMemoryBounded(t *testing.T) {
 		}
 	}
 }
+
+// The text parsers cost the launcher time linear in what a session wrote:
+// a .vscode/settings.json of nothing but "/**/" comments (jsonc) and a
+// repository config of continuation lines (gitConfigEntries, at the next
+// launch) are each parsed with a handful of allocations, not one copy of
+// the rest of the text per comment or line. Counted, not timed. Seen
+// failing (16384 and 21845 allocations for 64 KiB; 1 MiB took 2m39s and
+// 1m44s) with strings.Index(string(b[i+2:]), "*/") and line = line + next.
+func TestParsersLinear(t *testing.T) {
+	comments := []byte(strings.Repeat("/**/", 64<<10/4))
+	cont := "[core]\n\tx = " + strings.Repeat("a\\\n", 64<<10/3)
+	for name, f := range map[string]func(){
+		"jsonc of comments":           func() { jsonc(comments) },
+		"git config of continuations": func() { gitConfigEntries(cont) },
+	} {
+		if n := testing.AllocsPerRun(1, f); n > 100 {
+			t.Errorf("%s: %.0f allocations for 64 KiB", name, n)
+		}
+	}
+	if e := gitConfigEntries("[core]\n\thooksPath = a\\\nb\\\\\n"); len(e) != 1 || e[0].value != "ab\\" {
+		t.Errorf("continuation: %+v", e)
+	}
+}

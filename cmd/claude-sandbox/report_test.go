@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/claude-sandbox/claude-sandbox/shadow"
@@ -140,5 +142,56 @@ func TestWatchHostLinks(t *testing.T) {
 	want := []string{cl + "/agents (added)", cl + "/commands/sub (added)", cl + "/settings.json: (not read: leads out of its tree) (added)"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The scripts a setting names are read beneath their tree (threat-model.md's
+// table of launcher reads): ~/.claude/status.sh swapped for a link out of
+// ~/.claude is reported as such and not read, even where the file it
+// leads to holds the same bytes (what runs is then outside the watched
+// tree); the project's hook script swapped for a FIFO neither blocks nor
+// is read. Seen failing (the link followed, no change reported) with
+// scriptRoot giving the home for ~/.claude's scripts.
+func TestWatchScriptLinksOut(t *testing.T) {
+	home := t.TempDir()
+	cl, ws := filepath.Join(home, ".claude"), filepath.Join(home, "project")
+	for _, d := range []string{cl, home + "/elsewhere", ws + "/.claude/hooks"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settings := `{"statusLine":{"type":"command","command":"~/.claude/status.sh"},` +
+		`"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/start.sh"}]}]}}`
+	script := "#!/bin/sh\necho status\n"
+	for p, s := range map[string]string{cl + "/settings.json": settings, cl + "/status.sh": script,
+		home + "/elsewhere/status.sh": script, ws + "/.claude/hooks/start.sh": "#!/bin/sh\n"} {
+		if err := os.WriteFile(p, []byte(s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := []shadow.Watched{{Path: cl + "/settings.json", Kind: shadow.WatchClaudeSettings, Root: cl}}
+	host := watchHost(home, ws)
+	before := shadow.Take(w, host)
+	if err := os.Remove(cl + "/status.sh"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../elsewhere/status.sh", cl+"/status.sh"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(ws + "/.claude/hooks/start.sh"); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(ws+"/.claude/hooks/start.sh", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range shadow.Changes(before, shadow.Take(w, host)) {
+		got = append(got, c.String())
+	}
+	for _, want := range []string{cl + "/status.sh: (not read: leads out of its tree) (added)",
+		ws + "/.claude/hooks/start.sh: (not read: not a regular file) (added)"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("%q not reported; changes:\n%s", want, strings.Join(got, "\n"))
+		}
 	}
 }

@@ -354,32 +354,14 @@ func sessionTreeReader(trees []string) func(string) ([]byte, error) {
 }
 
 // readSmallFile reads a host file the shadow parses (a git config, a .git
-// file, .gitmodules), refusing anything large.
+// file, .gitmodules) outside every session tree, which a session may
+// still have replaced (a repository's include naming a FIFO): only a
+// regular file (a symlink to one is fine) of at most 1 MiB, refused by
+// its size before a byte is read; a FIFO does not block the open, a
+// device (a link to /dev/zero) is refused. beneath.ReadFile of the path
+// itself: its links are followed, as the user's own.
 func readSmallFile(p string) ([]byte, error) {
-	return readRegular(p, 1<<20)
-}
-
-// readRegular reads the host file p, which a session may have replaced:
-// only a regular file (a symlink to one is fine) of at most limit bytes.
-// A FIFO does not block the open, and a device (a link to /dev/zero) or a
-// huge sparse file is refused instead of read without end.
-func readRegular(p string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, &fs.PathError{Op: "read", Path: p, Err: errors.New("not a regular file")}
-	}
-	if fi.Size() > limit {
-		return nil, &fs.PathError{Op: "read", Path: p, Err: fmt.Errorf("larger than %d bytes", limit)}
-	}
-	return io.ReadAll(io.LimitReader(f, limit))
+	return beneath.ReadFile(p, ".", 1<<20)
 }
 
 // loadConfig reads the shadow's configuration, refusing a file that a

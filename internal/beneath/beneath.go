@@ -12,6 +12,15 @@
 // ~/.claude/settings.json linked to a file next to it is read where it
 // leads, so its content is compared); Walk never follows one and records
 // the link and its target instead.
+//
+// internal/install's safefs.go walks with openat2 too, on purpose apart:
+// it serves root's writes into a user's tree (create, fchown, rename),
+// where every symlink is refused, one component at a time
+// (RESOLVE_NO_SYMLINKS); this package serves the user's own launcher
+// reading what a session left, where a link inside the tree is the
+// user's setup (a settings.json linked to one beside it) and is followed,
+// and only leaving the tree is refused. What they share is the openat2
+// call and its EAGAIN retry, not worth a package between them.
 package beneath
 
 import (

@@ -126,3 +126,42 @@ func TestWalkBounded(t *testing.T) {
 		t.Errorf("name bytes limit: %d entries, truncated %v", len(m), trunc)
 	}
 }
+
+// A walk never enters a directory on another filesystem (a mount the
+// session could not make, but a tree can hold): /dev's mounts (devpts,
+// its tmpfs) are recorded, not walked. Seen failing (pts/ptmx walked)
+// without the device check.
+func TestWalkOneFilesystem(t *testing.T) {
+	var top syscall.Stat_t
+	if err := syscall.Stat("/dev", &top); err != nil {
+		t.Fatal(err)
+	}
+	names, err := os.ReadDir("/dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mounts []string
+	for _, n := range names {
+		var st syscall.Stat_t
+		if n.IsDir() && syscall.Lstat("/dev/"+n.Name(), &st) == nil && st.Dev != top.Dev {
+			mounts = append(mounts, n.Name())
+		}
+	}
+	if len(mounts) == 0 {
+		t.Skip("no filesystem mounted on a directory of /dev here")
+	}
+	m, _, err := Walk("/", "dev", Limits{Entries: 100000, Depth: 8, NameBytes: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mnt := range mounts {
+		if m[mnt+"/"] != "a directory not entered" {
+			t.Errorf("/dev/%s (another filesystem) recorded as %q", mnt, m[mnt+"/"])
+		}
+		for k := range m {
+			if strings.HasPrefix(k, mnt+"/") && k != mnt+"/" {
+				t.Errorf("walked into /dev/%s: %s", mnt, k)
+			}
+		}
+	}
+}
