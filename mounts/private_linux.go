@@ -172,7 +172,7 @@ func (w *privateWalk) dir(dfd int, depth int) error {
 		if w.b.keep[string(w.path)] {
 			continue
 		}
-		if err := w.entry(dfd, &rec[direntName], depth); err != nil {
+		if err := w.entry(dfd, &rec[direntName], typ, depth); err != nil {
 			return err
 		}
 	}
@@ -283,21 +283,24 @@ func openatName(dfd int, name *byte, flags int) (int, error) {
 // entry judges the entry name (NUL-ended) of the directory dfd, the view's
 // w.path, by what it is when opened (never following a symlink) and masks
 // it, walks it, or leaves it.
-func (w *privateWalk) entry(dfd int, name *byte, depth int) error {
+func (w *privateWalk) entry(dfd int, name *byte, typ uint8, depth int) error {
 	// One fstatat for most entries; an entry is opened only when it is to
-	// be masked or entered, and is then judged again by what was opened
-	// (it may have been replaced meanwhile).
+	// be masked or entered (a directory, as its listing says, is opened at
+	// once), and is then judged again by what was opened (it may have been
+	// replaced meanwhile).
 	var st unix.Stat_t
-	if err := fstatatName(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return nil // vanished meanwhile
-	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR, unix.S_IFREG, unix.S_IFIFO:
-	default:
-		return nil // symlinks are judged where they lead; devices and sockets are covered elsewhere
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR && !w.b.private(&st) {
-		return nil
+	if typ != unix.DT_DIR {
+		if err := fstatatName(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return nil // vanished meanwhile
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR, unix.S_IFREG, unix.S_IFIFO:
+		default:
+			return nil // symlinks are judged where they lead; devices and sockets are covered elsewhere
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR && !w.b.private(&st) {
+			return nil
+		}
 	}
 	fd, err := openatName(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 	if err != nil {
