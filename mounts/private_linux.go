@@ -1,20 +1,29 @@
 package mounts
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // hidePrivate applies a HidePrivate operation: the walk described there.
+// It runs in every root caller's launch over trees of tens of thousands of
+// entries, so the walk allocates nothing per entry: each depth reads its
+// listing into a buffer of its own, reused, and judges the records in
+// place; names go to the kernel as the listing holds them (NUL-ended);
+// the path of an entry is built in one reused buffer and made a string
+// only for an error.
 func (b *builder) hidePrivate(dst string) error {
 	if !b.keepResolved {
 		b.keepResolved = true
 		b.resolveKeep()
+		b.keepAbove = ancestors(b.keep)
 	}
 	if b.keep[dst] {
 		return nil // a later operation replaces the whole tree
@@ -31,7 +40,7 @@ func (b *builder) hidePrivate(dst string) error {
 		unix.Close(fd)
 		return &Error{Op: "hide private files", Dst: dst, Err: err}
 	}
-	if b.private(&st) && !b.leadsToKeep(dst) {
+	if b.private(&st) && !b.keepAbove[dst] {
 		err = b.maskDirAt(fd)
 		unix.Close(fd)
 		if err != nil {
@@ -39,8 +48,12 @@ func (b *builder) hidePrivate(dst string) error {
 		}
 		return nil
 	}
-	w := &privateWalk{b: b}
-	err = w.dir(fd, dst)
+	if b.walk == nil {
+		b.walk = &privateWalk{b: b} // its buffers serve every tree of the plan
+	}
+	w := b.walk
+	w.path, w.unread = append(w.path[:0], dst...), 0
+	err = w.dir(fd, 0)
 	if w.unread > 0 {
 		b.warnf("the walk for files only root may read stopped at its bound (%d entries): %d directories below %s it did not read are hidden whole", PrivateWalkBudget, w.unread, dst)
 	}
@@ -49,8 +62,10 @@ func (b *builder) hidePrivate(dst string) error {
 
 type privateWalk struct {
 	b      *builder
-	buf    []byte // getdents buffer
-	unread int    // directories masked whole because the budget was spent
+	buf    []byte   // getdents buffer
+	lists  [][]byte // the listing being walked at each depth, reused
+	path   []byte   // the view's path of the entry at hand
+	unread int      // directories masked whole because the budget was spent
 }
 
 // private reports whether the entry st describes is private to the
@@ -108,118 +123,186 @@ func (b *builder) resolveKeep() {
 	}
 }
 
-// leadsToKeep reports whether p is above a later operation's destination.
-func (b *builder) leadsToKeep(p string) bool {
-	for k := range b.keep {
-		if k != p && Within(k, p) {
-			return true
+// ancestors returns the directories strictly above the paths of keep (the
+// directories that lead to a later operation's destination), computed once
+// so the walk asks a map, not every destination, for each directory.
+func ancestors(keep map[string]bool) map[string]bool {
+	above := map[string]bool{}
+	for k := range keep {
+		for p := k; p != "/"; {
+			p, _ = splitParent(p)
+			if above[p] {
+				break // and every directory above it
+			}
+			above[p] = true
 		}
 	}
-	return false
+	return above
 }
 
-// dir walks the directory open at dfd (the view's p); it closes dfd.
-func (w *privateWalk) dir(dfd int, p string) error {
+// dir walks the directory open at dfd (the view's w.path, depth levels
+// below the walk's start); it closes dfd.
+func (w *privateWalk) dir(dfd int, depth int) error {
 	defer unix.Close(dfd)
-	names, err := w.list(dfd, p)
-	if err != nil || names == nil {
+	list, err := w.list(dfd, depth)
+	if err != nil || list == nil {
 		return err
 	}
-	for _, e := range names {
-		child := p + "/" + e.name
-		if p == "/" {
-			child = "/" + e.name
+	base := len(w.path)
+	defer func() { w.path = w.path[:base] }()
+	for len(list) > 0 {
+		name, typ, reclen := direntAt(list)
+		if reclen == 0 {
+			break
 		}
-		if w.b.keep[child] {
-			continue
+		rec := list[:reclen]
+		list = list[reclen:]
+		if name < 0 {
+			continue // "." and ".."
 		}
-		switch e.typ {
+		switch typ {
 		case unix.DT_LNK, unix.DT_SOCK, unix.DT_CHR, unix.DT_BLK:
 			continue // see entry: never masked by the walk
 		}
-		if err := w.entry(dfd, e.name, child); err != nil {
+		w.path = w.path[:base]
+		if base > 1 { // below "/"
+			w.path = append(w.path, '/')
+		}
+		w.path = append(w.path, rec[direntName:name]...)
+		if w.b.keep[string(w.path)] {
+			continue
+		}
+		if err := w.entry(dfd, &rec[direntName], typ, depth); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// list reads the entries in the directory open at dfd, or masks it whole
-// (and returns nil) when the budget left cannot cover them. A directory
-// on the way to a later operation's destination is always read.
-func (w *privateWalk) list(dfd int, p string) ([]dirent, error) {
-	keepPath := w.b.leadsToKeep(p)
-	var out []dirent
+// list reads the entries in the directory open at dfd into the listing
+// buffer of its depth, or masks it whole (and returns nil) when the budget
+// left cannot cover them. A directory on the way to a later operation's
+// destination is always read.
+func (w *privateWalk) list(dfd int, depth int) ([]byte, error) {
+	keepPath := w.b.keepAbove[string(w.path)]
 	if w.buf == nil {
 		w.buf = make([]byte, 64<<10)
 	}
+	for len(w.lists) <= depth {
+		w.lists = append(w.lists, nil)
+	}
+	out, count := w.lists[depth][:0], 0
 	for {
 		n, err := unix.Getdents(dfd, w.buf)
 		if err != nil || n <= 0 {
 			break // an error: gone meanwhile; what was read is judged
 		}
-		out = parseDirents(w.buf[:n], out)
-		if !keepPath && len(out) > w.b.walkLeft {
+		out = append(out, w.buf[:n]...)
+		count += countDirents(w.buf[:n])
+		if !keepPath && count > w.b.walkLeft {
+			w.lists[depth] = out
 			if err := w.b.maskDirAt(dfd); err != nil {
-				return nil, &Error{Op: "hide unread directory", Dst: p, Err: err}
+				return nil, &Error{Op: "hide unread directory", Dst: string(w.path), Err: err}
 			}
 			w.unread++
 			return nil, nil
 		}
 	}
-	w.b.walkLeft -= len(out)
+	w.lists[depth] = out
+	w.b.walkLeft -= count
+	if out == nil {
+		out = []byte{} // read, and empty
+	}
 	return out, nil
 }
 
-// dirent is one directory entry: its name and its type as the directory
-// records it (unix.DT_*; DT_UNKNOWN on filesystems that do not say).
-type dirent struct {
-	name string
-	typ  uint8
+// direntName is where a linux_dirent64 record's name starts (after d_ino,
+// d_off, d_reclen and d_type).
+const direntName = 19
+
+// direntAt reads the linux_dirent64 record at the start of buf: the end of
+// its name (the offset of the NUL that ends it; -1 for "." and ".."), its
+// type as the directory records it (unix.DT_*; DT_UNKNOWN on filesystems
+// that do not say) and its length (0 when buf holds no whole record, or
+// one whose name is not NUL-ended).
+func direntAt(buf []byte) (nameEnd int, typ uint8, reclen int) {
+	if len(buf) < direntName {
+		return 0, 0, 0
+	}
+	reclen = int(buf[16]) | int(buf[17])<<8
+	if reclen <= direntName || reclen > len(buf) {
+		return 0, 0, 0
+	}
+	i := bytes.IndexByte(buf[direntName:reclen], 0)
+	if i < 0 {
+		return 0, 0, 0
+	}
+	if name := buf[direntName : direntName+i]; i == 0 || string(name) == "." || string(name) == ".." {
+		return -1, buf[18], reclen
+	}
+	return direntName + i, buf[18], reclen
 }
 
-// parseDirents appends the linux_dirent64 records in buf, but "." and "..".
-func parseDirents(buf []byte, out []dirent) []dirent {
-	for len(buf) >= 19 {
-		reclen := int(buf[16]) | int(buf[17])<<8
-		if reclen < 19 || reclen > len(buf) {
-			break
+// countDirents counts the records in buf, but "." and "..".
+func countDirents(buf []byte) int {
+	n := 0
+	for {
+		name, _, reclen := direntAt(buf)
+		if reclen == 0 {
+			return n
 		}
-		typ := buf[18]
-		name := buf[19:reclen]
-		for i, c := range name {
-			if c == 0 {
-				name = name[:i]
-				break
-			}
-		}
-		if s := string(name); s != "." && s != ".." {
-			out = append(out, dirent{name: s, typ: typ})
+		if name >= 0 {
+			n++
 		}
 		buf = buf[reclen:]
 	}
-	return out
 }
 
-// entry judges one entry of the directory dfd by what it is when opened
-// (never following a symlink) and masks it, walks it, or leaves it.
-func (w *privateWalk) entry(dfd int, name, child string) error {
+// dot is "." for openat, NUL-ended.
+var dot = [2]byte{'.', 0}
+
+// fstatatName and openatName are fstatat(2) and openat(2) on a NUL-ended
+// name the caller holds (a listing's record), without the copy unix's
+// string forms make on every call.
+func fstatatName(dfd int, name *byte, st *unix.Stat_t, flags int) error {
+	_, _, e := unix.Syscall6(unix.SYS_NEWFSTATAT, uintptr(dfd), uintptr(unsafe.Pointer(name)), uintptr(unsafe.Pointer(st)), uintptr(flags), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func openatName(dfd int, name *byte, flags int) (int, error) {
+	fd, _, e := unix.Syscall6(unix.SYS_OPENAT, uintptr(dfd), uintptr(unsafe.Pointer(name)), uintptr(flags), 0, 0, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(fd), nil
+}
+
+// entry judges the entry name (NUL-ended) of the directory dfd, the view's
+// w.path, by what it is when opened (never following a symlink) and masks
+// it, walks it, or leaves it.
+func (w *privateWalk) entry(dfd int, name *byte, typ uint8, depth int) error {
 	// One fstatat for most entries; an entry is opened only when it is to
-	// be masked or entered, and is then judged again by what was opened
-	// (it may have been replaced meanwhile).
+	// be masked or entered (a directory, as its listing says, is opened at
+	// once), and is then judged again by what was opened (it may have been
+	// replaced meanwhile).
 	var st unix.Stat_t
-	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return nil // vanished meanwhile
+	if typ != unix.DT_DIR {
+		if err := fstatatName(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return nil // vanished meanwhile
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR, unix.S_IFREG, unix.S_IFIFO:
+		default:
+			return nil // symlinks are judged where they lead; devices and sockets are covered elsewhere
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR && !w.b.private(&st) {
+			return nil
+		}
 	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR, unix.S_IFREG, unix.S_IFIFO:
-	default:
-		return nil // symlinks are judged where they lead; devices and sockets are covered elsewhere
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR && !w.b.private(&st) {
-		return nil
-	}
-	fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := openatName(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 	if err != nil {
 		return nil // vanished meanwhile
 	}
@@ -229,34 +312,35 @@ func (w *privateWalk) entry(dfd int, name, child string) error {
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		lead := w.b.leadsToKeep(child)
+		lead := w.b.keepAbove[string(w.path)]
 		if !lead && w.b.private(&st) {
-			return vanishedOK(w.b.maskDirAt(fd), "hide private directory", child)
+			return w.vanishedOK(w.b.maskDirAt(fd), "hide private directory")
 		}
 		if !lead && w.b.walkLeft <= 0 {
 			w.unread++
-			return vanishedOK(w.b.maskDirAt(fd), "hide unread directory", child)
+			return w.vanishedOK(w.b.maskDirAt(fd), "hide unread directory")
 		}
-		rfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		rfd, err := openatName(fd, &dot[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 		if err != nil {
 			return nil
 		}
-		return w.dir(rfd, child)
+		return w.dir(rfd, depth+1)
 	case unix.S_IFREG, unix.S_IFIFO:
 		if w.b.private(&st) {
-			return vanishedOK(w.b.maskFileAt(fd), "hide private file", child)
+			return w.vanishedOK(w.b.maskFileAt(fd), "hide private file")
 		}
 	}
 	return nil
 }
 
-// vanishedOK turns a mask's failure into the launch's error, unless the
-// entry was removed meanwhile (nothing is left to hide).
-func vanishedOK(err error, op, dst string) error {
+// vanishedOK turns a mask's failure into the launch's error (naming the
+// entry at hand), unless the entry was removed meanwhile (nothing is left
+// to hide).
+func (w *privateWalk) vanishedOK(err error, op string) error {
 	if err == nil || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESTALE) {
 		return nil
 	}
-	return &Error{Op: op, Dst: dst, Err: err}
+	return &Error{Op: op, Dst: string(w.path), Err: err}
 }
 
 // maskDirAt covers the directory at fd with an empty read-only tmpfs.

@@ -95,3 +95,80 @@ func walkBoundChild(tree string) {
 	fmt.Printf("home write: %v\n", os.WriteFile(tree+"/linkhome/x", []byte("x"), 0o600))
 	os.Exit(0)
 }
+
+// ancestors answers what the walk once asked every kept destination
+// (Within per destination, for each directory): whether a directory lies
+// strictly above one of them.
+func TestKeepAncestors(t *testing.T) {
+	keep := map[string]bool{"/": true, "/root": true, "/var/lib/x/y": true, "/var/lib/z": true, "/home/u/ws": true}
+	above := ancestors(keep)
+	for _, p := range []string{"/", "/root", "/var", "/var/lib", "/var/lib/x", "/var/lib/x/y", "/var/lib/z", "/var/li", "/home", "/home/u", "/home/u/ws", "/home/u/ws/a", "/etc", "/var/lib/x/y/z"} {
+		want := false
+		for k := range keep {
+			if k != p && Within(k, p) {
+				want = true
+			}
+		}
+		if above[p] != want {
+			t.Errorf("ancestors[%q] = %v, want %v", p, above[p], want)
+		}
+	}
+}
+
+// The listing is judged in place: direntAt and countDirents find every
+// name getdents gives, but "." and "..", with its type, as os.ReadDir does.
+func TestDirentsInPlace(t *testing.T) {
+	dir := t.TempDir()
+	want := map[string]uint8{}
+	for i := 0; i < 300; i++ {
+		n := fmt.Sprintf("f%d-%s", i, strings.Repeat("x", i%40))
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want[n] = unix.DT_REG
+	}
+	for _, n := range []string{"d", ".hidden", "..x"} {
+		if err := os.Mkdir(filepath.Join(dir, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		want[n] = unix.DT_DIR
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 1024) // several reads
+	got, counted := map[string]uint8{}, 0
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		counted += countDirents(buf[:n])
+		for list := buf[:n]; len(list) > 0; {
+			end, typ, reclen := direntAt(list)
+			if reclen == 0 {
+				t.Fatalf("a record left unparsed: %q", list)
+			}
+			if end >= 0 {
+				got[string(list[direntName:end])] = typ
+				if list[end] != 0 {
+					t.Fatalf("name not NUL-ended")
+				}
+			}
+			list = list[reclen:]
+		}
+	}
+	if counted != len(want) || len(got) != len(want) {
+		t.Fatalf("counted %d, parsed %d, want %d", counted, len(got), len(want))
+	}
+	for n, typ := range want {
+		if got[n] != typ {
+			t.Errorf("%q: type %d, want %d", n, got[n], typ)
+		}
+	}
+}

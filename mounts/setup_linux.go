@@ -142,7 +142,9 @@ type builder struct {
 	// For HidePrivate: the destinations of the operations after it, the
 	// budget its walks have left, and the sandbox's identity.
 	keep         map[string]bool
-	keepResolved bool // keep holds the destinations' resolved paths too
+	keepResolved bool            // keep holds the destinations' resolved paths too
+	keepAbove    map[string]bool // the directories above keep's paths
+	walk         *privateWalk    // the walker, its buffers reused by every walk
 	walkLeft     int
 	me           uint32
 	groups       []uint32

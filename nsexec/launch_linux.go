@@ -774,7 +774,7 @@ func (l *launch) supervise(sigs chan os.Signal) (int, error) {
 	if l.term != nil {
 		l.term.restore()
 	}
-	flushInput(l.flush...)
+	flushInput(l.flush)
 	mu.Lock()
 	defer mu.Unlock()
 	if stackErr != nil {
@@ -984,24 +984,16 @@ func sameTerminal(a, b *os.File) bool {
 	return sa.Rdev == sb.Rdev && sa.Mode&unix.S_IFMT == unix.S_IFCHR && sb.Mode&unix.S_IFMT == unix.S_IFCHR
 }
 
-// flushInput discards what is pending in the input of each terminal among
-// the launcher's stdio once the sandbox has ended: an answer the terminal
+// flushInput discards what is pending in the input of each terminal of
+// terms (dupTerminals' duplicates of the launcher's stdio: one per
+// terminal device) once the sandbox has ended: an answer the terminal
 // gave to something the command wrote, or anything typed for the command
 // and not read, is not left for the host's shell to run. A terminal whose
 // foreground job is not this process's is left alone (tcflush from the
 // background stops the process with SIGTTOU, and the input is that job's).
-func flushInput(files ...*os.File) {
-	seen := map[uint64]bool{}
-	for _, f := range files {
-		if f == nil || !isTerminal(f) {
-			continue
-		}
-		var st unix.Stat_t
+func flushInput(terms []*os.File) {
+	for _, f := range terms {
 		fd := int(f.Fd())
-		if unix.Fstat(fd, &st) != nil || seen[st.Rdev] {
-			continue
-		}
-		seen[st.Rdev] = true
 		if pg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && pg != unix.Getpgrp() {
 			continue
 		}
@@ -1010,7 +1002,7 @@ func flushInput(files ...*os.File) {
 }
 
 // dupTerminals returns a close-on-exec duplicate of each terminal among
-// files, one per terminal device.
+// files, one per terminal device (what flushInput flushes at the end).
 func dupTerminals(files ...*os.File) []*os.File {
 	var out []*os.File
 	seen := map[uint64]bool{}

@@ -61,44 +61,70 @@ func kernelRelease() string {
 	return unix.ByteSliceToString(u.Release[:])
 }
 
+// pidsBound is the process limit a sandbox gets.
+type pidsBound int
+
+const (
+	boundPidMax pidsBound = iota // its PID namespace's own kernel.pid_max
+	boundCgroup                  // a pids cgroup the launcher made
+	boundNproc                   // RLIMIT_NPROC
+	boundNone                    // nothing: RLIMIT_NPROC does not bind host root
+)
+
+// pidsBoundFor is the one decision between the bounds, in the order they
+// are tried: the namespace's pid_max when it can be set, else a pids
+// cgroup when one was made, else RLIMIT_NPROC, which binds every uid but
+// host root's. limitPids applies it at launch and PidsLimitKind (doctor)
+// predicts it, so the two agree.
+func pidsBoundFor(pidMax, cgroup, hostRoot bool) pidsBound {
+	switch {
+	case pidMax:
+		return boundPidMax
+	case cgroup:
+		return boundCgroup
+	case hostRoot:
+		return boundNone
+	}
+	return boundNproc
+}
+
+// WarnNoPidsLimit begins the warning of a sandbox left without a process
+// limit (claude-sandbox's doctor and launch hints look for it).
+const WarnNoPidsLimit = "no process limit"
+
 // limitPids bounds the sandbox's tasks to limit (0: no bound). It runs in
 // init, in the sandbox's new PID and user namespaces, before the mounts
 // are built. With cgroup, the launcher has bounded the sandbox with a pids
 // cgroup already (see pidscg_linux.go): pid_max is still tried, and no
 // fallback is needed. noCgroup says why there is none, for the warning. It
 // returns a warning when the bound is weaker than asked.
-// WarnNoPidsLimit begins the warning of a sandbox left without a process
-// limit (claude-sandbox's doctor and launch hints look for it).
-const WarnNoPidsLimit = "no process limit"
-
 func limitPids(limit int, hostRoot, cgroup bool, noCgroup string) (string, error) {
 	if limit <= 0 {
 		return "", nil
 	}
-	rel := kernelRelease()
 	if noCgroup == "" {
 		noCgroup = "no pids cgroup was tried"
 	}
-	if kernelAtLeast(rel, minPerNSPidMax) {
-		err := setNSPidMax(limit + 1)
-		if err == nil || cgroup {
-			return "", nil
+	var pidMaxErr error // why pid_max could not be written, where it was tried
+	tried := kernelAtLeast(kernelRelease(), minPerNSPidMax)
+	if tried {
+		pidMaxErr = setNSPidMax(limit + 1)
+	}
+	switch pidsBoundFor(tried && pidMaxErr == nil, cgroup, hostRoot) {
+	case boundNone:
+		if tried {
+			return fmt.Sprintf(WarnNoPidsLimit+": the sandbox's kernel.pid_max could not be written (%v); %s; RLIMIT_NPROC does not bind root: a fork bomb inside can exhaust the host's pids (see claude-sandbox doctor)", pidMaxErr, noCgroup), nil
 		}
-		if hostRoot {
-			return fmt.Sprintf(WarnNoPidsLimit+": the sandbox's kernel.pid_max could not be written (%v); %s; RLIMIT_NPROC does not bind root: a fork bomb inside can exhaust the host's pids (see claude-sandbox doctor)", err, noCgroup), nil
-		}
+		return fmt.Sprintf(WarnNoPidsLimit+": %s; RLIMIT_NPROC does not bind root: a fork bomb inside can exhaust the host's pids (see claude-sandbox doctor)", noCgroup), nil
+	case boundNproc:
 		if err := setNproc(limit); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("the sandbox's kernel.pid_max could not be written (%v); the process limit is RLIMIT_NPROC instead", err), nil
+		if tried {
+			return fmt.Sprintf("the sandbox's kernel.pid_max could not be written (%v); the process limit is RLIMIT_NPROC instead", pidMaxErr), nil
+		}
 	}
-	if cgroup {
-		return "", nil
-	}
-	if hostRoot {
-		return fmt.Sprintf(WarnNoPidsLimit+": %s; RLIMIT_NPROC does not bind root: a fork bomb inside can exhaust the host's pids (see claude-sandbox doctor)", noCgroup), nil
-	}
-	return "", setNproc(limit)
+	return "", nil
 }
 
 // setNSPidMax writes this PID namespace's kernel.pid_max (Linux 6.14+: the

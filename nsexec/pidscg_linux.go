@@ -240,15 +240,18 @@ func (c *pidsCgroup) remove() {
 // for one (claude-sandbox doctor prints it). It changes nothing.
 func PidsLimitKind() (kind, fix string) {
 	unsettable, why := pidMaxUnsettable()
-	if !unsettable {
+	var parent string
+	var cgErr error
+	if unsettable { // the launcher makes a pids cgroup only then
+		parent, cgErr = pidsCgroupParent(false)
+	}
+	switch pidsBoundFor(!unsettable, unsettable && cgErr == nil, CallerIsHostRoot()) {
+	case boundPidMax:
 		return "the sandbox's own kernel.pid_max (Linux 6.14 or later)", ""
-	}
-	parent, err := pidsCgroupParent(false)
-	if err == nil {
+	case boundCgroup:
 		return fmt.Sprintf("a pids cgroup under %s (%s)", parent, why), ""
+	case boundNproc:
+		return fmt.Sprintf("RLIMIT_NPROC (%s; no pids cgroup: %v); it also counts this user's processes outside the sandbox against the limit", why, cgErr), ""
 	}
-	if os.Geteuid() != 0 {
-		return fmt.Sprintf("RLIMIT_NPROC (%s; no pids cgroup: %v); it also counts this user's processes outside the sandbox against the limit", why, err), ""
-	}
-	return "none", fmt.Sprintf("%s, no pids cgroup (%v), and RLIMIT_NPROC does not bind root: a fork bomb inside can exhaust the host's pids. Use Linux 6.14 or later with a writable /proc/sys, or a cgroup hierarchy with the pids controller writable by root (cgroup v2 with pids enabled for this process's parent cgroup), or run as a non-root user", why, err)
+	return "none", fmt.Sprintf("%s, no pids cgroup (%v), and RLIMIT_NPROC does not bind root: a fork bomb inside can exhaust the host's pids. Use Linux 6.14 or later with a writable /proc/sys, or a cgroup hierarchy with the pids controller writable by root (cgroup v2 with pids enabled for this process's parent cgroup), or run as a non-root user", why, cgErr)
 }

@@ -301,22 +301,40 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 			opts.AllowDomains = append(append([]string(nil), opts.AllowDomains...), pol.Endpoints()...)
 		}
 	}
-	closeAgent := func() {
-		if s.agent != nil {
-			s.agent.Close()
-		}
-	}
 	nopts := nsexec.Options{TTY: nsexec.TTYAuto, Warn: warn, StageExe: exe}
 	var setup *jail.Setup
 	var jopts jail.Options
+	// What Start opens (the agent, the published sockets, the audit log,
+	// the control socket, the event queue's goroutine) is released here on
+	// any failure; once the command runs, the waiter below releases it.
+	var ctl *control.Server
+	var st *stdio
+	launched := false
+	defer func() {
+		if launched {
+			return
+		}
+		for _, pb := range jopts.Publish {
+			pb.Close() // a second Close does nothing
+		}
+		if ctl != nil {
+			ctl.Close()
+		}
+		_ = jopts.Audit.Close()
+		if st != nil {
+			st.wait()
+		}
+		s.ev.close()
+		if s.agent != nil {
+			s.agent.Close()
+		}
+	}()
 	if opts.Net == "" || opts.Net == plan.NetJail {
 		facts, err := jail.DiscoverHost("/etc/resolv.conf")
 		if err != nil {
-			closeAgent()
 			return nil, fmt.Errorf("sandbox: egress jail: read the host's network: %w", err)
 		}
 		if setup, err = jail.PrepareNames(facts, opts.Allow, opts.AllowDomains, opts.DenyDomains); err != nil {
-			closeAgent()
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 		for _, w := range setup.Warnings {
@@ -326,7 +344,6 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		if len(spec.HostPorts) > 0 {
 			op, err := jail.HostHostsFile(setup.Gateway, spec.HostPorts)
 			if err != nil {
-				closeAgent()
 				return nil, fmt.Errorf("sandbox: HostPorts: %w", err)
 			}
 			opts.Late = append(opts.Late, op)
@@ -336,23 +353,17 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	}
 	p, err := plan.Build(opts)
 	if err != nil {
-		closeAgent()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	if setup != nil {
 		if len(p.Egress.Publish) > 0 {
 			if jopts.Publish, err = jail.Listen(p.Egress.Publish); err != nil {
-				closeAgent()
 				return nil, fmt.Errorf("sandbox: %w", err)
 			}
 		}
 		if spec.AuditLog != "" {
 			a, err := jail.OpenAudit(spec.AuditLog, s.id, 0)
 			if err != nil {
-				for _, pb := range jopts.Publish {
-					pb.Close()
-				}
-				closeAgent()
 				return nil, fmt.Errorf("sandbox: AuditLog: %w", err)
 			}
 			jopts.Audit = a
@@ -363,46 +374,30 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	if spec.AuditLog != "" && setup == nil {
 		warn("AuditLog records the egress jail's decisions: without the jail (Net " + string(spec.Net) + ") nothing is recorded")
 	}
-	var ctl *control.Server
 	if !spec.NoControl {
 		l := &control.Launcher{ID: s.id, Command: spec.Command, Cwd: p.Dir, Net: string(spec.Net), Started: time.Now(), Jail: s.jail}
 		if ctl, err = l.Serve(); err != nil {
 			warn(fmt.Sprintf("no control socket (claude-sandbox ps, allow and revoke will not see this sandbox): %v", err))
 		}
 	}
-	// A launch that fails before the jail attaches leaves the published
-	// sockets open: close them (a second Close does nothing); so the
-	// control socket and the audit log.
-	closePublished := func() {
-		for _, pb := range jopts.Publish {
-			pb.Close()
-		}
-		if ctl != nil {
-			ctl.Close()
-		}
-		_ = jopts.Audit.Close()
-	}
-	st, err := newStdio(spec.Stdin, spec.Stdout, spec.Stderr)
+	std, err := newStdio(spec.Stdin, spec.Stdout, spec.Stderr)
 	if err != nil {
-		closePublished()
-		closeAgent()
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return nil, fmt.Errorf("sandbox: %w", err) // newStdio has closed what it opened
 	}
+	st = std // waited for on a failure from here
 	nopts.Stdin, nopts.Stdout, nopts.Stderr = st.files[0], st.files[1], st.files[2]
 	nopts.Clipboard = spec.Clipboard
 	pr, err := nsexec.Start(ctx, p, nopts)
 	st.started()
 	if err != nil {
-		closePublished()
-		st.wait()
-		s.ev.close()
-		closeAgent()
 		return nil, err
 	}
-	s.pr = pr
+	s.pr, launched = pr, true
 	go func() {
 		s.code, s.err = pr.Wait()
-		closeAgent()
+		if s.agent != nil {
+			s.agent.Close()
+		}
 		if ctl != nil {
 			ctl.Close()
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,21 +41,7 @@ func TestSpecSSHAgent(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	backing := filepath.Join(dir, "backing.sock")
-	ln, err := net.Listen("unix", backing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _ = agent.ServeAgent(keyring, c); c.Close() }()
-		}
-	}()
+	backing := testutil.ServeAgent(t, keyring)
 	_, hostPriv, _ := ed25519.GenerateKey(rand.Reader)
 	hostSigner, _ := ssh.NewSignerFromKey(hostPriv)
 	pin := "forge.test " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(hostSigner.PublicKey())))

@@ -13,6 +13,8 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 )
 
 type keyPair struct {
@@ -339,22 +341,7 @@ func TestHostKeys(t *testing.T) {
 
 func TestServer(t *testing.T) {
 	l := newLab(t)
-	dir := t.TempDir()
-	backing := filepath.Join(dir, "backing.sock")
-	ln, err := net.Listen("unix", backing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _ = agent.ServeAgent(l.backing, c); c.Close() }()
-		}
-	}()
+	backing := testutil.ServeAgent(t, l.backing)
 	s, err := Listen(l.policy(t, Config{}), backing)
 	if err != nil {
 		t.Fatal(err)
