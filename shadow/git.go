@@ -1,6 +1,7 @@
 package shadow
 
 import (
+	"fmt"
 	"io/fs"
 	"path"
 	"slices"
@@ -17,9 +18,13 @@ import (
 // its direct subdirectories, and the submodules .gitmodules names.
 // Missing hooks directories are created on the host first (git's own
 // layout has them; a missing one would be a place to plant hooks).
-func gitOps(in Inputs, writable []string) (ops []mounts.Op, createDirs []string) {
+//
+// The workspace is the session's, and so is how many gitdirs it holds:
+// past MaxGitdirs (each costs a few mounts) the launch is refused rather
+// than built with thousands of mounts, or with gitdirs left writable.
+func gitOps(in Inputs, writable []string) (ops []mounts.Op, createDirs []string, err error) {
 	if len(writable) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	ws := writable[0]
 	// inside judges where a path really leads on the host: the workspace
@@ -111,13 +116,18 @@ func gitOps(in Inputs, writable []string) (ops []mounts.Op, createDirs []string)
 	}
 	// protect covers one gitdir whose worktree is top ("" when unknown:
 	// a submodule's or linked worktree's gitdir found from its parent).
+	gitdirs := 0
 	var protect func(top, gitdir string, depth int)
 	protect = func(top, gitdir string, depth int) {
-		if !inside(gitdir) || !isDir(gitdir) {
+		if err != nil || !inside(gitdir) || !isDir(gitdir) {
 			return
 		}
 		if seen[gitdir] {
 			hooksDir(top, gitdir, commonOf(gitdir))
+			return
+		}
+		if gitdirs++; gitdirs > MaxGitdirs {
+			err = fmt.Errorf("%s holds more than %d git directories (repositories, submodules, worktrees; the last one found: %s): each one's hooks and config are kept read-only with mounts of their own, and a session can make any number of them. Remove the ones you do not need, or set writable-git-hooks = true in %s to leave every repository's hooks writable", ws, MaxGitdirs, gitdir, ConfigPath)
 			return
 		}
 		seen[gitdir] = true
@@ -204,8 +214,16 @@ func gitOps(in Inputs, writable []string) (ops []mounts.Op, createDirs []string)
 			repo(q)
 		}
 	}
-	return ops, createDirs
+	if err != nil {
+		return nil, nil, err
+	}
+	return ops, createDirs, nil
 }
+
+// MaxGitdirs bounds the gitdirs gitOps protects in one launch: far more
+// than a workspace of repositories has (each takes two to five mounts),
+// far fewer than the kernel's mounts per namespace (fs.mount-max, 100,000).
+const MaxGitdirs = 1000
 
 // submodulePaths returns the path = values of a .gitmodules text.
 func submodulePaths(gm string) []string {

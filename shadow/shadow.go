@@ -328,7 +328,10 @@ func Build(in Inputs) (*Launch, error) {
 	// unless writable-git-hooks is set.
 	if l.Workspace != "" && !cfg.WritableGitHooks {
 		writable := append([]string{l.Workspace}, cfg.AllowWrite...)
-		gops, dirs := gitOps(in, writable)
+		gops, dirs, err := gitOps(in, writable)
+		if err != nil {
+			return nil, err
+		}
 		ops = append(ops, gops...)
 		l.CreateDirs = append(l.CreateDirs, dirs...)
 	}

@@ -1,6 +1,7 @@
 package shadow
 
 import (
+	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
@@ -445,4 +446,33 @@ func changeStrings(c []Change) []string {
 		out = append(out, x.String())
 	}
 	return out
+}
+
+// The number of gitdirs is the session's to choose (mkdir in
+// .git/modules): past MaxGitdirs the launch is refused with the fix named,
+// instead of a plan of thousands of mounts (a session's 34,000 empty
+// module directories would have put every later launch past the kernel's
+// mounts per namespace). Up to the bound, each is still protected.
+func TestGitdirsBounded(t *testing.T) {
+	for _, n := range []int{MaxGitdirs - 10, MaxGitdirs + 1} {
+		h := gitHost()
+		for i := range n {
+			h[fmt.Sprintf("/home/u/project/.git/modules/m%d", i)] = entry{dir: true}
+		}
+		l, err := Build(inputs(h))
+		if n < MaxGitdirs {
+			if err != nil {
+				t.Fatalf("%d module gitdirs: %v", n, err)
+			}
+			if !slices.ContainsFunc(l.Options.Ops, func(m mounts.Op) bool {
+				return m.Kind == mounts.ROBind && m.Dst == fmt.Sprintf("/home/u/project/.git/modules/m%d/hooks", n-1)
+			}) {
+				t.Errorf("%d module gitdirs: the last one's hooks are not read-only", n)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "more than 1000 git directories") || !strings.Contains(err.Error(), "writable-git-hooks") {
+			t.Errorf("%d module gitdirs: %v; want the launch refused, naming the bound and the fix", n, err)
+		}
+	}
 }
