@@ -63,3 +63,13 @@ func checkAllow(pfx netip.Prefix) (netip.Prefix, error) {
 	}
 	return pfx, nil
 }
+
+// ParseInternetCIDR reads an --internet-cidr / internet-cidr value: a
+// prefix whose host routes are not internal (Config.Internet), masked.
+func ParseInternetCIDR(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return p, fmt.Errorf("%q is not a CIDR (e.g. 198.18.0.0/15)", s)
+	}
+	return p.Masked(), nil
+}

@@ -12,7 +12,6 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/plan"
 	"github.com/claude-sandbox/claude-sandbox/sshagent"
-	"golang.org/x/crypto/ssh"
 )
 
 // ConfigPath is the only place the shadow reads its configuration from:
@@ -176,7 +175,9 @@ var configKeys = []configKey{
 	{"egress-jail", func(c *Config, v configValue) error { return setBool(&c.EgressJail, v) }},
 	{"allow-write", func(c *Config, v configValue) error { return addParsed(&c.AllowWrite, v, absPath) }},
 	{"allow-ip", func(c *Config, v configValue) error { return addParsed(&c.AllowIP, v, netpolicy.ParseAllow) }},
-	{"internet-cidr", func(c *Config, v configValue) error { return addParsed(&c.InternetCIDR, v, internetCIDR) }},
+	{"internet-cidr", func(c *Config, v configValue) error {
+		return addParsed(&c.InternetCIDR, v, netpolicy.ParseInternetCIDR)
+	}},
 	{"allow-domain", func(c *Config, v configValue) error { return addDomain(&c.AllowDomain, v) }},
 	{"deny-domain", func(c *Config, v configValue) error { return addDomain(&c.DenyDomain, v) }},
 	{"allow-host-port", func(c *Config, v configValue) error {
@@ -330,40 +331,18 @@ func addParsed[T any](dst *[]T, v configValue, parse func(string) (T, error)) er
 	return nil
 }
 
-// internetCIDR reads an internet-cidr value: a prefix, masked.
-func internetCIDR(s string) (netip.Prefix, error) {
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		return p, fmt.Errorf("%q is not a CIDR (e.g. 198.18.0.0/15)", s)
-	}
-	return p.Masked(), nil
-}
-
-// sshKey checks an ssh-key value: an authorized_keys line or a SHA256:
-// fingerprint (kept as written; sshagent.NewPolicy reads it).
+// sshKey checks an ssh-key value (kept as written; sshagent.NewPolicy
+// reads it).
 func sshKey(s string) (string, error) {
-	if !strings.HasPrefix(s, "SHA256:") {
-		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(s)); err != nil {
-			return "", fmt.Errorf("%q is not a public key line (KEYTYPE BASE64) or a SHA256: fingerprint", s)
-		}
-	}
-	return s, nil
+	_, err := sshagent.KeyFingerprint(s)
+	return s, err
 }
 
-// sshHostKey checks an ssh-host-key value: HOST KEYTYPE BASE64 (kept as
-// written; sshagent.NewPolicy reads it).
+// sshHostKey checks an ssh-host-key value (kept as written;
+// sshagent.NewPolicy reads it).
 func sshHostKey(s string) (string, error) {
-	f := strings.Fields(s)
-	if len(f) != 3 {
-		return "", fmt.Errorf("%q: use HOST KEYTYPE BASE64", s)
-	}
-	if _, _, err := sshagent.ParseHost(f[0]); err != nil {
-		return "", err
-	}
-	if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(f[1] + " " + f[2])); err != nil {
-		return "", fmt.Errorf("%q: not a host key: %v", s, err)
-	}
-	return s, nil
+	_, _, _, err := sshagent.ParseHostKey(s)
+	return s, err
 }
 
 // addDomain appends a jail domain entry (a name or a preset) to *dst.

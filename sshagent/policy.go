@@ -114,6 +114,37 @@ func ParseHost(s string) (name string, port int, err error) {
 	return strings.ToLower(name), port, nil
 }
 
+// KeyFingerprint reads an allowed key as written in ssh-key / --ssh-key:
+// an authorized_keys line (KEYTYPE BASE64 [COMMENT]) or a SHA256:
+// fingerprint, and returns the key's SHA256 fingerprint.
+func KeyFingerprint(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(s, "SHA256:") {
+		return s, nil
+	}
+	k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(s))
+	if err != nil {
+		return "", fmt.Errorf("%q is not a public key line (KEYTYPE BASE64) or a SHA256: fingerprint", s)
+	}
+	return ssh.FingerprintSHA256(k), nil
+}
+
+// ParseHostKey reads a pinned host key as written in ssh-host-key: HOST
+// KEYTYPE BASE64 (HOST as ParseHost reads it).
+func ParseHostKey(line string) (name string, port int, key ssh.PublicKey, err error) {
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		return "", 0, nil, fmt.Errorf("%q: use HOST KEYTYPE BASE64", line)
+	}
+	if name, port, err = ParseHost(f[0]); err != nil {
+		return "", 0, nil, err
+	}
+	if key, _, _, _, err = ssh.ParseAuthorizedKey([]byte(f[1] + " " + f[2])); err != nil {
+		return "", 0, nil, fmt.Errorf("%q: not a host key: %v", line, err)
+	}
+	return name, port, key, nil
+}
+
 // NewPolicy finds each host's keys and parses the allowed keys. A host
 // with no key is an error: the agent could never sign for it.
 func NewPolicy(cfg Config) (*Policy, error) {
@@ -138,21 +169,13 @@ func NewPolicy(cfg Config) (*Policy, error) {
 		p.hosts = append(p.hosts, h)
 	}
 	for _, line := range cfg.HostKeys {
-		f := strings.Fields(line)
-		if len(f) < 3 {
-			return nil, fmt.Errorf("ssh-host-key %q: want HOST KEYTYPE BASE64", line)
-		}
-		name, port, err := ParseHost(f[0])
+		name, port, k, err := ParseHostKey(line)
 		if err != nil {
 			return nil, fmt.Errorf("ssh-host-key: %v", err)
 		}
-		k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(f[1] + " " + f[2]))
-		if err != nil {
-			return nil, fmt.Errorf("ssh-host-key %q: %v", line, err)
-		}
 		h := byName[(&host{name: name, port: port}).String()]
 		if h == nil {
-			return nil, fmt.Errorf("ssh-host-key %q: %s is not an --ssh-agent host", line, f[0])
+			return nil, fmt.Errorf("ssh-host-key %q: %s is not an --ssh-agent host", line, strings.Fields(line)[0])
 		}
 		h.addKey(k)
 	}
@@ -167,16 +190,11 @@ func NewPolicy(cfg Config) (*Policy, error) {
 	if len(cfg.Keys) > 0 {
 		p.keys = map[string]bool{}
 		for _, s := range cfg.Keys {
-			s = strings.TrimSpace(s)
-			if strings.HasPrefix(s, "SHA256:") {
-				p.keys[s] = true
-				continue
-			}
-			k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(s))
+			fp, err := KeyFingerprint(s)
 			if err != nil {
-				return nil, fmt.Errorf("ssh-key %q: not a public key line or SHA256: fingerprint: %v", s, err)
+				return nil, fmt.Errorf("ssh-key: %v", err)
 			}
-			p.keys[ssh.FingerprintSHA256(k)] = true
+			p.keys[fp] = true
 		}
 	}
 	return p, nil

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/plan"
 	"github.com/claude-sandbox/claude-sandbox/sshagent"
-	"golang.org/x/crypto/ssh"
 )
 
 // usageError is bad input on the command line: printed as one line, exit 2.
@@ -162,11 +160,11 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 			if err != nil {
 				return nil, err
 			}
-			pfx, err := netip.ParsePrefix(v)
+			pfx, err := netpolicy.ParseInternetCIDR(v)
 			if err != nil {
-				return nil, usagef("--internet-cidr: %q is not a CIDR (e.g. 198.18.0.0/15)", v)
+				return nil, usagef("--internet-cidr: %v", err)
 			}
-			r.opts.Internet = append(r.opts.Internet, pfx.Masked())
+			r.opts.Internet = append(r.opts.Internet, pfx)
 		case "--allow-domain", "--deny-domain":
 			v, err := value()
 			if err != nil {
@@ -222,10 +220,8 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 			if err != nil {
 				return nil, err
 			}
-			if !strings.HasPrefix(v, "SHA256:") {
-				if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(v)); err != nil {
-					return nil, usagef("--ssh-key: %q is not a public key line (KEYTYPE BASE64) or a SHA256: fingerprint", v)
-				}
+			if _, err := sshagent.KeyFingerprint(v); err != nil {
+				return nil, usagef("--ssh-key: %v", err)
 			}
 			r.sshKeys = append(r.sshKeys, v)
 		case "--log-blocked":
