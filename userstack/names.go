@@ -349,9 +349,11 @@ func (st *Stack) check(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verd
 }
 
 // nameFlow is what the allowlist decided for a new flow: a flow to a name
-// (name set), or DNS to the stack's own resolver (dns).
+// (name set, and rule, the allowlist's rule that let it through), or DNS
+// to the stack's own resolver (dns).
 type nameFlow struct {
 	name string
+	rule string
 	dns  bool
 }
 
@@ -381,14 +383,15 @@ func (n *names) admit(proto netpolicy.Proto, dst netip.AddrPort) (nf *nameFlow, 
 		st.blockName(proto, dst, name, "udp 443 (QUIC) to a name: use TCP")
 		return nil, true
 	}
-	if ok, rule := n.rules.Allow(name, dst.Port()); !ok {
+	ok, rule := n.rules.Allow(name, dst.Port())
+	if !ok {
 		if rule == "" {
 			rule = "domain not allowed on this port"
 		}
 		st.blockName(proto, dst, name, rule)
 		return nil, true
 	}
-	return &nameFlow{name: name}, false
+	return &nameFlow{name: name, rule: rule}, false
 }
 
 // resolveTarget resolves name on the host side at connect time and

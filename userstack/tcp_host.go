@@ -17,23 +17,26 @@ import (
 
 // tcpTarget returns where a connection to dst goes: the upstream resolver
 // for port 53 of a local address, dst itself when the policy allows it. It
-// records a Block for a refused destination.
-func (st *Stack) tcpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
+// records a Block for a refused destination. rule is the policy's rule
+// that allowed dst (for Config.OnFlow); "" for a local address.
+func (st *Stack) tcpTarget(dst netip.AddrPort) (target netip.AddrPort, rule string, ok bool) {
 	if st.isLocal(dst.Addr()) {
 		if dst.Port() == netpolicy.DNSPort {
-			return st.upstream()
+			target, ok = st.upstream()
+			return target, "", ok
 		}
 		if t, ok := st.hostPortTarget(netpolicy.ProtoTCP, dst); ok {
-			return t, true
+			return t, "", true
 		}
 		st.block(netpolicy.ProtoTCP, dst, "local address, not a DNS port")
-		return netip.AddrPort{}, false
+		return netip.AddrPort{}, "", false
 	}
-	if v := st.check(netpolicy.ProtoTCP, dst); !v.Allowed {
+	v := st.check(netpolicy.ProtoTCP, dst)
+	if !v.Allowed {
 		st.block(netpolicy.ProtoTCP, dst, v.Rule)
-		return netip.AddrPort{}, false
+		return netip.AddrPort{}, "", false
 	}
-	return dst, true
+	return dst, v.Rule, true
 }
 
 // connect opens the host side with a non-blocking connect, which the
