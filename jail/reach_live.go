@@ -187,7 +187,6 @@ func (j *Jail) ChangeReach(allow bool, ips, domains []string) ([]string, error) 
 	}
 	j.reach = st
 	if len(pfxs) > 0 {
-		j.setup.extraAllow, j.setup.revoked = st.ips, st.revoked
 		j.refreshLocked([]string{reason}, &hostChange{})
 		if j.isFailed() {
 			return nil, errors.New("the jail could not put the change in force and has failed closed (every new connection is refused)")

@@ -72,9 +72,10 @@ func TestBuildLiveAllow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setup.extraAllow = []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32")}
-	setup.revoked = []netip.Prefix{netip.MustParsePrefix("10.9.9.9/32")}
-	pol, rp, err := setup.build(facts)
+	pol, rp, err := setup.build(facts, reachState{
+		ips:     []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32")},
+		revoked: []netip.Prefix{netip.MustParsePrefix("10.9.9.9/32")},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
