@@ -200,19 +200,10 @@ func (f *tcpFlow) dialName(name string) {
 	defer st.wg.Done()
 	target, _, ok := st.names.resolveTarget(st.ctx, netpolicy.ProtoTCP, f.key.dst, name, true)
 	if !ok {
-		f.mu.Lock()
-		defer f.unlock()
-		if f.state == tcpDialing && st.ctx.Err() == nil {
-			f.sendReset()
-		}
-		f.state = tcpClosed
+		f.refuseDialing(nil)
 		return
 	}
-	if st.cfg.Dialer == nil {
-		f.connect(target)
-		return
-	}
-	f.dialVia(target)
+	f.open(target)
 }
 
 // peekEstablished starts the wait for the first bytes once the sandbox
