@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -161,17 +160,7 @@ echo "ping-internet|$(` + plain + ` ping ` + labInternet + `)"
 echo "gw-tcp|$(` + plain + ` tcp ` + labGateway + `:22)"
 echo "gw-tcp-80|$(` + plain + ` tcp ` + labGateway + `:80)"
 `
-		must(t, os.WriteFile(filepath.Join(dir, "attack.sh"), []byte(script), 0o755))
-		logf := filepath.Join(dir, "blocked.jsonl")
-		r := testutil.Run(t, l.jailCmd(uid, bin, "run", "--allow-domain", "api.test", "--allow-domain", "*.x.test",
-			"--log-blocked", logf, "--ro-bind", dir, "/tmp/lab", "--", "sh", "/tmp/lab/attack.sh"))
-		t.Logf("inside:\n%s", r.Stdout)
-		got := map[string]string{}
-		for _, line := range strings.Split(r.Stdout, "\n") {
-			if k, v, ok := strings.Cut(line, "|"); ok {
-				got[k] = strings.TrimSpace(v)
-			}
-		}
+		_, got, logf := l.runLabScript(t, uid, bin, dir, script, "|", "--allow-domain", "api.test", "--allow-domain", "*.x.test")
 		expect := func(key string, ok func(string) bool, want string) {
 			t.Helper()
 			if !ok(got[key]) {
@@ -333,24 +322,14 @@ func TestJailDomainHostLoopback(t *testing.T) {
 		for _, a := range append(slices.Clone(attacks), controls...) {
 			script += fmt.Sprintf("echo \"%s|$($P %s)\"\n", a, a)
 		}
-		must(t, os.WriteFile(filepath.Join(dir, "loop.sh"), []byte(script), 0o755))
-		logf := filepath.Join(dir, "blocked.jsonl")
 		// --allow-ip 0.0.0.0 and :: were given here too until they were
 		// refused at parse time (a host-side connect to them reaches the
 		// host's loopback); the stack refuses them whatever the policy.
-		args := []string{"run", "--allow-host-port", "8080", "--allow-host-port", "5353/udp", "--log-blocked", logf}
+		args := []string{"--allow-host-port", "8080", "--allow-host-port", "5353/udp"}
 		for _, n := range []string{"ok", "lo", "lo6", "mapped", "zero", "zero6", "dev", "gw"} {
 			args = append(args, "--allow-domain", n+".test")
 		}
-		args = append(args, "--ro-bind", dir, "/tmp/lab", "--", "sh", "/tmp/lab/loop.sh")
-		r := testutil.Run(t, l.jailCmd(uid, bin, args...))
-		t.Logf("inside:\n%s", r.Stdout)
-		got := map[string]string{}
-		for _, line := range strings.Split(r.Stdout, "\n") {
-			if k, v, ok := strings.Cut(line, "|"); ok {
-				got[k] = strings.TrimSpace(v)
-			}
-		}
+		r, got, logf := l.runLabScript(t, uid, bin, dir, script, "|", args...)
 		for _, c := range controls {
 			if got[c] != "ok" {
 				t.Errorf("control %s: %q, want ok (%v)", c, got[c], r)

@@ -63,8 +63,6 @@ A=$($P resolve api.test | cut -d' ' -f1)
 echo "https:$(curl -sS --max-time 10 --cacert /tmp/lab/ca.pem https://api.test/ 2>&1)"
 echo "mismatch:$(curl -sS --max-time 10 --cacert /tmp/lab/ca.pem --resolve other.test:7443:$A https://other.test:7443/ 2>&1; echo " rc=$?")"
 `
-		must(t, os.WriteFile(filepath.Join(dir, "check.sh"), []byte(script), 0o755))
-
 		// Control, with the jail off: the rebind target and the name's
 		// host answer, so each refusal below is the jail's.
 		for _, target := range []string{internal + ":80", labInternet + ":7000"} {
@@ -73,16 +71,7 @@ echo "mismatch:$(curl -sS --max-time 10 --cacert /tmp/lab/ca.pem --resolve other
 			}
 		}
 
-		logf := filepath.Join(dir, "blocked.jsonl")
-		r := testutil.Run(t, l.jailCmd(uid, bin, "run", "--allow-domain", "api.test", "--allow-domain", "internal.test", "--allow-domain", "void.test",
-			"--log-blocked", logf, "--ro-bind", dir, "/tmp/lab", "--", "sh", "/tmp/lab/check.sh"))
-		got := map[string]string{}
-		for _, line := range strings.Split(r.Stdout, "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok {
-				got[k] = strings.TrimSpace(v)
-			}
-		}
-		t.Logf("inside:\n%s", r.Stdout)
+		r, got, logf := l.runLabScript(t, uid, bin, dir, script, ":", "--allow-domain", "api.test", "--allow-domain", "internal.test", "--allow-domain", "void.test")
 		check := func(key string, ok bool, want string) {
 			t.Helper()
 			if !ok {

@@ -198,8 +198,6 @@ echo "quic:$($P udp api.test:443)"
 echo "udp-5000:$($P udp api.test:5000)"
 echo "udp-no-aaaa:$($P udp no-aaaa.test:5000)"
 `
-		must(t, os.WriteFile(filepath.Join(dir, "check.sh"), []byte(script), 0o755))
-
 		// Controls, with the jail off: every server answers, so each
 		// refusal below is the allowlist's.
 		for _, target := range []string{labInternet + ":7000", internal + ":80"} {
@@ -213,16 +211,7 @@ echo "udp-no-aaaa:$($P udp no-aaaa.test:5000)"
 			t.Fatalf("control: https other.test with --net=host: %v", ctl)
 		}
 
-		logf := filepath.Join(dir, "blocked.jsonl")
-		r := testutil.Run(t, l.jailCmd(uid, bin, "run", "--allow-domain", "api.test", "--allow-domain", "internal.test", "--allow-domain", "no-aaaa.test",
-			"--log-blocked", logf, "--ro-bind", dir, "/tmp/lab", "--", "sh", "/tmp/lab/check.sh"))
-		got := map[string]string{}
-		for _, line := range strings.Split(r.Stdout, "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok {
-				got[k] = strings.TrimSpace(v)
-			}
-		}
-		t.Logf("inside:\n%s", r.Stdout)
+		r, got, logf := l.runLabScript(t, uid, bin, dir, script, ":", "--allow-domain", "api.test", "--allow-domain", "internal.test", "--allow-domain", "no-aaaa.test")
 		check := func(key string, ok bool, want string) {
 			t.Helper()
 			if !ok {
@@ -411,4 +400,25 @@ func TestEmbedDomainAllowlist(t *testing.T) {
 			t.Errorf("the lab DNS was asked for evil.test: %v", d.log())
 		}
 	})
+}
+
+// runLabScript runs script (sh, written to dir, which the sandbox sees at
+// /tmp/lab) in a jail of uid's with args, its block log at
+// dir/blocked.jsonl. It returns the run, the script's output lines
+// keyed by what comes before sep (the rest trimmed), and the block log's
+// path.
+func (l *lab) runLabScript(t *testing.T, uid int, bin, dir, script, sep string, args ...string) (testutil.Result, map[string]string, string) {
+	t.Helper()
+	must(t, os.WriteFile(filepath.Join(dir, "lab.sh"), []byte(script), 0o755))
+	logf := filepath.Join(dir, "blocked.jsonl")
+	argv := append(append([]string{"run"}, args...), "--log-blocked", logf, "--ro-bind", dir, "/tmp/lab", "--", "sh", "/tmp/lab/lab.sh")
+	r := testutil.Run(t, l.jailCmd(uid, bin, argv...))
+	t.Logf("inside:\n%s", r.Stdout)
+	got := map[string]string{}
+	for _, line := range strings.Split(r.Stdout, "\n") {
+		if k, v, ok := strings.Cut(line, sep); ok {
+			got[k] = strings.TrimSpace(v)
+		}
+	}
+	return r, got, logf
 }

@@ -212,7 +212,7 @@ func (j *Jail) refreshLocked(reasons []string, change *hostChange) {
 	j.mu.Lock()
 	facts.NAT64 = j.nat64
 	j.mu.Unlock()
-	pol, rp, err := j.setup.build(facts)
+	pol, rp, err := j.setup.build(facts, j.reach)
 	if err != nil {
 		j.failClosedLocked(err)
 		return

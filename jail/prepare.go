@@ -75,9 +75,6 @@ type Setup struct {
 	// deps is what the NAT64 answer may depend on, as the host was when
 	// the setup was decided.
 	deps nat64Deps
-	// Allow entries added and launch-time ones revoked while running
-	// (reach_live.go; changed under the jail's upd only).
-	extraAllow, revoked []netip.Prefix
 }
 
 // addrCandidates are the /24s the jail's own addresses come from, tried in
@@ -175,7 +172,7 @@ func PrepareNames(facts HostFacts, allow []netip.Prefix, allowDomains, denyDomai
 	}
 	s.policyCfg = netpolicy.Config{ConnectedSubnets: facts.Connected, HostRoutes: facts.Routed, ViaDefault: facts.ViaDefault, Internet: slices.Clone(facts.Internet), NAT64: facts.NAT64, Allow: policyAllow, DNSResolvers: routable}
 	s.routesCfg = routes.Config{TUN: TUN, Sink: SinkDevice, Addr4: s.Addr4, Addr6: s.Addr6}
-	pol, rp, err := s.build(facts)
+	pol, rp, err := s.build(facts, reachState{})
 	if err != nil {
 		return nil, err
 	}
@@ -209,14 +206,15 @@ func PrepareNames(facts HostFacts, allow []netip.Prefix, allowDomains, denyDomai
 }
 
 // build makes the policy and route plan for the host facts, with the
-// allow list, resolvers and jail addresses decided at launch.
-func (s *Setup) build(facts HostFacts) (*netpolicy.Policy, routes.Plan, error) {
+// allow list, resolvers and jail addresses decided at launch, and the
+// addresses reach allowed (ips) or revoked while running (reach_live.go).
+func (s *Setup) build(facts HostFacts, reach reachState) (*netpolicy.Policy, routes.Plan, error) {
 	cfg := s.policyCfg
 	// The user's internet ranges stay as given at launch.
 	cfg.ConnectedSubnets, cfg.HostRoutes, cfg.ViaDefault, cfg.NAT64 = facts.Connected, facts.Routed, facts.ViaDefault, facts.NAT64
-	if len(s.extraAllow) > 0 || len(s.revoked) > 0 {
-		cfg.Allow = slices.DeleteFunc(slices.Clone(cfg.Allow), func(p netip.Prefix) bool { return slices.Contains(s.revoked, p) })
-		cfg.Allow = append(cfg.Allow, s.extraAllow...)
+	if len(reach.ips) > 0 || len(reach.revoked) > 0 {
+		cfg.Allow = slices.DeleteFunc(slices.Clone(cfg.Allow), func(p netip.Prefix) bool { return slices.Contains(reach.revoked, p) })
+		cfg.Allow = append(cfg.Allow, reach.ips...)
 	}
 	pol, err := netpolicy.New(cfg)
 	if err != nil {

@@ -152,7 +152,8 @@ func (j *Jail) ChangeReach(allow bool, ips, domains []string) ([]string, error) 
 		return nil, errors.New("the sandbox's network is not up yet: try again")
 	}
 	st := j.reach
-	var done []string
+	var done []string  // one line per change
+	var names []string // done's domain changes' rules ("" for an address)
 	launch := j.launchAllow()
 	for _, p := range pfxs {
 		changed, err := changeEntry(allow, launch, &st.ips, &st.revoked, p)
@@ -160,7 +161,7 @@ func (j *Jail) ChangeReach(allow bool, ips, domains []string) ([]string, error) 
 			return nil, fmt.Errorf("--ip %s: %w", p, err)
 		}
 		if changed {
-			done = append(done, verb+" ip "+p.String())
+			done, names = append(done, verb+" ip "+p.String()), append(names, "")
 		}
 	}
 	var launchNames []netpolicy.DomainRule
@@ -173,7 +174,7 @@ func (j *Jail) ChangeReach(allow bool, ips, domains []string) ([]string, error) 
 			return nil, fmt.Errorf("--domain %s: %w", r, err)
 		}
 		if changed {
-			done = append(done, verb+" domain "+r.String())
+			done, names = append(done, verb+" domain "+r.String()), append(names, r.String())
 		}
 	}
 	if len(done) == 0 {
@@ -187,23 +188,22 @@ func (j *Jail) ChangeReach(allow bool, ips, domains []string) ([]string, error) 
 	}
 	j.reach = st
 	if len(pfxs) > 0 {
-		j.setup.extraAllow, j.setup.revoked = st.ips, st.revoked
 		j.refreshLocked([]string{reason}, &hostChange{})
 		if j.isFailed() {
 			return nil, errors.New("the jail could not put the change in force and has failed closed (every new connection is refused)")
 		}
 	}
 	now := time.Now()
-	for _, d := range done {
+	for i, d := range done {
 		j.reach.log = append(j.reach.log, now.Format("15:04:05")+" "+d)
 		j.opts.Audit.Write(AuditRecord{Time: now, Event: "reach", Change: d})
-		if strings.Contains(d, " domain ") {
+		if names[i] != "" {
 			// Names are not in the blocked set: logged here.
 			ev := "allowed"
 			if !allow {
 				ev = "blocked"
 			}
-			j.logChange(netpolicy.Change{Time: now, Event: ev, Prefix: strings.TrimPrefix(d, verb+" domain "), Rule: d, Reason: reason})
+			j.logChange(netpolicy.Change{Time: now, Event: ev, Prefix: names[i], Rule: d, Reason: reason})
 		}
 	}
 	return done, nil

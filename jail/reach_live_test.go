@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
 // TestChangeReachNames: names allowed and revoked while running reach
@@ -15,7 +17,8 @@ func TestChangeReachNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := New(setup, Options{})
+	var changes []netpolicy.Change
+	j := New(setup, Options{OnChange: func(c netpolicy.Change) { changes = append(changes, c) }})
 	defer j.n64.close()
 	rules := j.nameConfig().Rules
 	allowed := func(name string) bool { ok, _ := rules.Allow(name, 443); return ok }
@@ -36,6 +39,11 @@ func TestChangeReachNames(t *testing.T) {
 	}
 	if _, err := j.ChangeReach(false, nil, []string{"never.test"}); err == nil {
 		t.Error("revoking what was never allowed succeeded")
+	}
+	// Names are not in the blocked set: each change is logged as one.
+	if len(changes) != 2 || changes[0].Event != "allowed" || changes[0].Prefix != "*.other.test" || changes[0].Rule != "allow domain *.other.test" ||
+		changes[1].Event != "blocked" || changes[1].Prefix != "allowed.test" || changes[1].Rule != "revoke domain allowed.test" {
+		t.Errorf("changes logged: %+v", changes)
 	}
 	if a, r := j.ReachEntries(); len(a) != 1 || len(r) != 1 {
 		t.Errorf("entries: allowed %v revoked %v", a, r)
@@ -72,9 +80,10 @@ func TestBuildLiveAllow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setup.extraAllow = []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32")}
-	setup.revoked = []netip.Prefix{netip.MustParsePrefix("10.9.9.9/32")}
-	pol, rp, err := setup.build(facts)
+	pol, rp, err := setup.build(facts, reachState{
+		ips:     []netip.Prefix{netip.MustParsePrefix("10.1.2.3/32")},
+		revoked: []netip.Prefix{netip.MustParsePrefix("10.9.9.9/32")},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,8 +59,9 @@ type Verdict struct {
 	Allowed bool
 	// Rule says which rule decided, for logs and error messages only, e.g.
 	// "private range 10.0.0.0/8", "allow-ip 10.1.2.3", "dns resolver
-	// 10.0.0.2:53" or "internet". Code decides on Kind and Entry, never
-	// on this text.
+	// 10.0.0.2:53" or "internet". Code given a Verdict decides on Kind
+	// and Entry, not on this text; a [Block] carries only the text, which
+	// [ViaDefaultRoute] reads back for the exit summary.
 	Rule string
 	// Kind is what kind of rule decided.
 	Kind VerdictKind

@@ -103,8 +103,22 @@ func TestNamesDeferredDialTimeoutOwnSocket(t *testing.T) {
 // the default.
 func startVoidOwnSocket(t *testing.T, dialTimeout time.Duration, maxInFlight int) *namesHarness {
 	t.Helper()
+	return startNamesOwnSocket(t, map[string]netip.Addr{"void.test": nsVoid}, dialTimeout, maxInFlight, 20*time.Millisecond)
+}
+
+// startNamesOwnSocket starts a stack with its own sockets (Dialer nil, as
+// the jail runs it) for a test in a network namespace of its own
+// (inOwnNetnsChild): its resolver is served on nsServer and resolves each
+// name of addrs, allowed on every port, to its address. maxInFlight 0 is
+// the default.
+func startNamesOwnSocket(t *testing.T, addrs map[string]netip.Addr, dialTimeout time.Duration, maxInFlight int, peek time.Duration) *namesHarness {
+	t.Helper()
 	z := newZoneDialer()
-	z.addA("void.test", nsVoid.String())
+	allow := map[string][]uint16{}
+	for n, a := range addrs {
+		z.addA(n, a.String())
+		allow[n] = nil
+	}
 	serveZoneUDP(t, z)
 	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	h.start(t, Config{
@@ -116,7 +130,7 @@ func startVoidOwnSocket(t *testing.T, dialTimeout time.Duration, maxInFlight int
 		Now:            h.clock.now,
 		DialTimeout:    dialTimeout,
 		MaxInFlight:    maxInFlight,
-		Names:          &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"void.test": nil}}, PeekTimeout: 20 * time.Millisecond},
+		Names:          &NameConfig{Rules: fakeRules{allow: allow}, PeekTimeout: peek},
 	})
 	return &namesHarness{harness: h, zone: z}
 }

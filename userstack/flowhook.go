@@ -23,26 +23,26 @@ type Flow struct {
 }
 
 // noteTCP tells Config.OnFlow of a TCP flow admitted (newTCP, on the
-// event loop: OnFlow must be quick). Only TCP so far: UDP flows and
-// names' DNS queries are not reported.
-func (st *Stack) noteTCP(dst, target netip.AddrPort, nf *nameFlow) {
+// event loop: OnFlow must be quick), with the rule its admission found
+// (rule: the policy's for an address; a name's is nf.rule): nothing is
+// decided again here. Only TCP so far: UDP flows and names' DNS queries
+// are not reported.
+func (st *Stack) noteTCP(dst, target netip.AddrPort, nf *nameFlow, rule string) {
 	fn := st.cfg.OnFlow
 	if fn == nil {
 		return
 	}
 	f := Flow{Proto: netpolicy.ProtoTCP, Dst: dst}
 	switch {
+	case nf != nil && nf.dns:
+		f.Rule = "dns (the domain allowlist's resolver)"
 	case nf != nil:
-		f.Name = nf.name
-		if st.names != nil {
-			_, f.Rule = st.names.rules.Allow(nf.name, dst.Port())
-		}
+		f.Name, f.Rule = nf.name, nf.rule
 	case st.isLocal(dst.Addr()):
 		f.Target = target
 		f.Rule = "gateway " + target.String()
 	default:
-		f.Target = target
-		f.Rule = st.cfg.Policy.Check(netpolicy.ProtoTCP, target).Rule
+		f.Target, f.Rule = target, rule
 	}
 	fn(f)
 }

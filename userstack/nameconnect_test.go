@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-
-	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
 // A flow to a name connects as the kernel would (issue 30): the name is
@@ -43,26 +41,10 @@ func TestNamesConnectLikeKernel(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	z := newZoneDialer()
-	z.addA("open.test", nsServer.String())
-	z.addA("void.test", nsVoid.String())
-	z.addA("unreach.test", nsUnreachable.String())
-	z.addA("rebind.test", "10.1.2.3")
-	serveZoneUDP(t, z)
-	h := &harness{blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
-	h.start(t, Config{
-		Policy:         netpolicy.MustNew(netpolicy.Config{}),
-		Gateways:       []netip.Addr{gateway4},
-		VirtualDNS:     []netip.Addr{dns4},
-		Upstreams:      []netip.AddrPort{netip.AddrPortFrom(nsServer, 53)},
-		UDPIdleTimeout: time.Minute,
-		Now:            h.clock.now,
-		DialTimeout:    300 * time.Millisecond,
-		Names: &NameConfig{Rules: fakeRules{allow: map[string][]uint16{
-			"open.test": nil, "void.test": nil, "unreach.test": nil, "rebind.test": nil,
-		}}, PeekTimeout: time.Minute},
-	})
-	nh := &namesHarness{harness: h, zone: z}
+	nh := startNamesOwnSocket(t, map[string]netip.Addr{
+		"open.test": nsServer, "void.test": nsVoid, "unreach.test": nsUnreachable, "rebind.test": netip.MustParseAddr("10.1.2.3"),
+	}, 300*time.Millisecond, 0, time.Minute)
+	h := nh.harness
 	addr := map[string]netip.Addr{}
 	for _, n := range []string{"open.test", "void.test", "unreach.test", "rebind.test"} {
 		addr[n] = resolveName(t, nh, n)

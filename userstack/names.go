@@ -349,9 +349,11 @@ func (st *Stack) check(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verd
 }
 
 // nameFlow is what the allowlist decided for a new flow: a flow to a name
-// (name set), or DNS to the stack's own resolver (dns).
+// (name set, and rule, the allowlist's rule that let it through), or DNS
+// to the stack's own resolver (dns).
 type nameFlow struct {
 	name string
+	rule string
 	dns  bool
 }
 
@@ -381,14 +383,15 @@ func (n *names) admit(proto netpolicy.Proto, dst netip.AddrPort) (nf *nameFlow, 
 		st.blockName(proto, dst, name, "udp 443 (QUIC) to a name: use TCP")
 		return nil, true
 	}
-	if ok, rule := n.rules.Allow(name, dst.Port()); !ok {
+	ok, rule := n.rules.Allow(name, dst.Port())
+	if !ok {
 		if rule == "" {
 			rule = "domain not allowed on this port"
 		}
 		st.blockName(proto, dst, name, rule)
 		return nil, true
 	}
-	return &nameFlow{name: name}, false
+	return &nameFlow{name: name, rule: rule}, false
 }
 
 // resolveTarget resolves name on the host side at connect time and
@@ -400,14 +403,10 @@ func (n *names) admit(proto netpolicy.Proto, dst netip.AddrPort) (nf *nameFlow, 
 // that gate, with false and nothing recorded.
 func (n *names) resolveTarget(ctx context.Context, proto netpolicy.Proto, dst netip.AddrPort, name string, wait bool) (netip.AddrPort, <-chan struct{}, bool) {
 	st := n.st
-	v6 := dst.Addr().Is6() && !dst.Addr().Is4In6()
-	order := []dnsmessage.Type{dnsmessage.TypeA, dnsmessage.TypeAAAA}
-	if v6 {
-		order[0], order[1] = order[1], order[0]
-	}
+	first, second := lookupOrder(dst)
 	var blocked []string
 	found := false
-	for _, t := range order {
+	for _, t := range []dnsmessage.Type{first, second} {
 		var addrs []netip.Addr
 		var err error
 		if wait {
@@ -619,15 +618,26 @@ func (n *names) udpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
 	return t.target, true
 }
 
-// cachedAllowed reports whether the cache holds, fresh, an address of
-// name's records of type t that the policy allows a UDP flow to on port.
-func (n *names) cachedAllowed(name string, t dnsmessage.Type, port uint16) bool {
+// cachedAllowed returns the first address of name's records of type t,
+// fresh in the cache, outside the pool, that the policy allows proto to
+// on port (false: none). What resolveTarget would take from the cache
+// for that family, nothing recorded.
+func (n *names) cachedAllowed(proto netpolicy.Proto, name string, t dnsmessage.Type, port uint16) (netip.AddrPort, bool) {
 	for _, a := range n.cached(name, t) {
-		if !n.inPool(a) && n.st.policyCheck(netpolicy.ProtoUDP, netip.AddrPortFrom(a, port)).Allowed {
-			return true
+		if target := netip.AddrPortFrom(a, port); !n.inPool(a) && n.st.policyCheck(proto, target).Allowed {
+			return target, true
 		}
 	}
-	return false
+	return netip.AddrPort{}, false
+}
+
+// lookupOrder is the order resolveTarget tries the record types of a
+// name whose synthetic address is dst: dst's own family first.
+func lookupOrder(dst netip.AddrPort) (first, second dnsmessage.Type) {
+	if dst.Addr().Is6() && !dst.Addr().Is4In6() {
+		return dnsmessage.TypeAAAA, dnsmessage.TypeA
+	}
+	return dnsmessage.TypeA, dnsmessage.TypeAAAA
 }
 
 // udpAdmit decides a datagram to a new destination for the allowlist: a
@@ -669,15 +679,19 @@ func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool, gate <-chan s
 	// the datagram dropped. Every datagram of a flood comes here until
 	// the lookup ends: background starts none while one for the name is
 	// under way, and a failed one is cached (dnsNegTTL) like an answer.
-	first, second := dnsmessage.TypeA, dnsmessage.TypeAAAA
-	if dst.Addr().Is6() && !dst.Addr().Is4In6() {
-		first, second = second, first
-	}
-	if !n.background(nf.name, first) || (!n.cachedAllowed(nf.name, first, dst.Port()) && !n.background(nf.name, second)) {
+	first, second := lookupOrder(dst)
+	if !n.background(nf.name, first) {
 		return false, false, nil, netip.AddrPort{}
 	}
-	// Fresh in the cache: resolveTarget takes it from there.
-	target, gate, ok := n.resolveTarget(n.st.ctx, netpolicy.ProtoUDP, dst, nf.name, false)
+	target, gate, ok := n.cachedTarget(netpolicy.ProtoUDP, dst, nf.name)
+	if !ok {
+		if !n.background(nf.name, second) {
+			return false, false, nil, netip.AddrPort{}
+		}
+		// Both fresh in the cache: resolveTarget takes it from there
+		// (and records a refusal).
+		target, gate, ok = n.resolveTarget(n.st.ctx, netpolicy.ProtoUDP, dst, nf.name, false)
+	}
 	if gate != nil {
 		return false, false, gate, netip.AddrPort{}
 	}

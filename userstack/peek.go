@@ -4,8 +4,6 @@ import (
 	"net/netip"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
-
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
@@ -164,7 +162,7 @@ func (f *tcpFlow) startName(nf *nameFlow) {
 		return
 	}
 	if st.cfg.Dialer == nil {
-		if target, ok := st.names.cachedTarget(f.key.dst, nf.name); ok {
+		if target, gate, ok := st.names.cachedTarget(netpolicy.ProtoTCP, f.key.dst, nf.name); ok && gate == nil {
 			f.connect(target)
 			return
 		}
@@ -176,29 +174,21 @@ func (f *tcpFlow) startName(nf *nameFlow) {
 	}
 }
 
-// cachedTarget is the address resolveTarget would dial for a flow to
-// name at dst, when the cache holds it fresh and nothing needs a wait (no
-// lookup, no IPv6 gate); false: ask resolveTarget (nothing is recorded
-// here).
-func (n *names) cachedTarget(dst netip.AddrPort, name string) (netip.AddrPort, bool) {
-	t := dnsmessage.TypeA
-	if dst.Addr().Is6() && !dst.Addr().Is4In6() {
-		t = dnsmessage.TypeAAAA
+// cachedTarget is what resolveTarget, without wait, decides from the
+// first family it tries (dst's own) when that family has an address to
+// take: the first one the policy allows for proto, or the IPv6 gate it
+// waits for. false: none fresh in the cache (the other family, or a
+// lookup, is resolveTarget's; nothing is recorded here).
+func (n *names) cachedTarget(proto netpolicy.Proto, dst netip.AddrPort, name string) (netip.AddrPort, <-chan struct{}, bool) {
+	t, _ := lookupOrder(dst)
+	target, ok := n.cachedAllowed(proto, name, t, dst.Port())
+	if !ok {
+		return netip.AddrPort{}, nil, false
 	}
-	for _, a := range n.cached(name, t) {
-		if n.inPool(a) {
-			continue
-		}
-		target := netip.AddrPortFrom(a, dst.Port())
-		if !n.st.policyCheck(netpolicy.ProtoTCP, target).Allowed {
-			continue
-		}
-		if n.st.ipv6Gate(a) != nil {
-			return netip.AddrPort{}, false
-		}
-		return target, true
+	if gate := n.st.ipv6Gate(target.Addr()); gate != nil {
+		return netip.AddrPort{}, gate, true
 	}
-	return netip.AddrPort{}, false
+	return target, nil, true
 }
 
 // dialName resolves the flow's name and dials the first address the
@@ -210,19 +200,10 @@ func (f *tcpFlow) dialName(name string) {
 	defer st.wg.Done()
 	target, _, ok := st.names.resolveTarget(st.ctx, netpolicy.ProtoTCP, f.key.dst, name, true)
 	if !ok {
-		f.mu.Lock()
-		defer f.unlock()
-		if f.state == tcpDialing && st.ctx.Err() == nil {
-			f.sendReset()
-		}
-		f.state = tcpClosed
+		f.refuseDialing(nil)
 		return
 	}
-	if st.cfg.Dialer == nil {
-		f.connect(target)
-		return
-	}
-	f.dialVia(target)
+	f.open(target)
 }
 
 // peekEstablished starts the wait for the first bytes once the sandbox

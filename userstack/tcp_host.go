@@ -17,23 +17,26 @@ import (
 
 // tcpTarget returns where a connection to dst goes: the upstream resolver
 // for port 53 of a local address, dst itself when the policy allows it. It
-// records a Block for a refused destination.
-func (st *Stack) tcpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
+// records a Block for a refused destination. rule is the policy's rule
+// that allowed dst (for Config.OnFlow); "" for a local address.
+func (st *Stack) tcpTarget(dst netip.AddrPort) (target netip.AddrPort, rule string, ok bool) {
 	if st.isLocal(dst.Addr()) {
 		if dst.Port() == netpolicy.DNSPort {
-			return st.upstream()
+			target, ok = st.upstream()
+			return target, "", ok
 		}
 		if t, ok := st.hostPortTarget(netpolicy.ProtoTCP, dst); ok {
-			return t, true
+			return t, "", true
 		}
 		st.block(netpolicy.ProtoTCP, dst, "local address, not a DNS port")
-		return netip.AddrPort{}, false
+		return netip.AddrPort{}, "", false
 	}
-	if v := st.check(netpolicy.ProtoTCP, dst); !v.Allowed {
+	v := st.check(netpolicy.ProtoTCP, dst)
+	if !v.Allowed {
 		st.block(netpolicy.ProtoTCP, dst, v.Rule)
-		return netip.AddrPort{}, false
+		return netip.AddrPort{}, "", false
 	}
-	return dst, true
+	return dst, v.Rule, true
 }
 
 // connect opens the host side with a non-blocking connect, which the
@@ -105,23 +108,36 @@ func (f *tcpFlow) dial(target netip.AddrPort, gate <-chan struct{}) {
 	defer st.wg.Done()
 	if gate != nil {
 		if rule := st.afterIPv6Gate(netpolicy.ProtoTCP, target, gate); rule != "" {
-			f.mu.Lock()
-			defer f.unlock()
-			if f.state != tcpDialing || st.ctx.Err() != nil {
-				f.state = tcpClosed
-				return
-			}
-			st.block(netpolicy.ProtoTCP, target, rule)
-			f.sendReset()
-			f.state = tcpClosed
-			return
-		}
-		if st.cfg.Dialer == nil {
-			f.connect(target)
+			f.refuseDialing(func() { st.block(netpolicy.ProtoTCP, target, rule) })
 			return
 		}
 	}
+	f.open(target) // Dialer nil: only with a gate (newTCP connects at once otherwise)
+}
+
+// open opens the host side of a flow decided on a worker: through the
+// Dialer, or with the stack's own connect.
+func (f *tcpFlow) open(target netip.AddrPort) {
+	if f.st.cfg.Dialer == nil {
+		f.connect(target)
+		return
+	}
 	f.dialVia(target)
+}
+
+// refuseDialing answers a flow refused on a worker with a RST, if it is
+// still dialing and the stack open; record, if set, records the refusal
+// then.
+func (f *tcpFlow) refuseDialing(record func()) {
+	f.mu.Lock()
+	defer f.unlock()
+	if f.state == tcpDialing && f.st.ctx.Err() == nil {
+		if record != nil {
+			record()
+		}
+		f.sendReset()
+	}
+	f.state = tcpClosed
 }
 
 // dialVia dials target through the configured Dialer (on a worker) and

@@ -115,13 +115,13 @@ func (st *Stack) newTCP(in *tcpIn) {
 		return
 	}
 	var nf *nameFlow // the domain allowlist's (names.go)
-	target, ok := netip.AddrPort{}, true
+	target, rule, ok := netip.AddrPort{}, "", true
 	if st.names != nil {
 		nf, ok = st.names.admit(netpolicy.ProtoTCP, key.dst)
 		ok = !ok
 	}
 	if ok && nf == nil {
-		target, ok = st.tcpTarget(key.dst)
+		target, rule, ok = st.tcpTarget(key.dst)
 	}
 	if !ok {
 		st.rejectTCP(in) // "connection refused" at once
@@ -192,19 +192,19 @@ func (st *Stack) newTCP(in *tcpIn) {
 	f.opening = true
 	if nf != nil {
 		st.mu.Unlock()
-		st.noteTCP(key.dst, target, nf)
+		st.noteTCP(key.dst, target, nf, rule)
 		f.startName(nf) // resolved and dialed; the SYN answered by the dial (peek.go)
 		return
 	}
 	if st.cfg.Dialer == nil && gate == nil {
 		st.mu.Unlock()
-		st.noteTCP(key.dst, target, nil)
+		st.noteTCP(key.dst, target, nil, rule)
 		f.connect(target)
 		return
 	}
 	st.wg.Add(1)
 	st.mu.Unlock()
-	st.noteTCP(key.dst, target, nil)
+	st.noteTCP(key.dst, target, nil, rule)
 	st.work.Go(func() { f.dial(target, gate) })
 }
 

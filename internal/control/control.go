@@ -397,8 +397,8 @@ type Sandbox struct {
 }
 
 // Find lists the sockets in the caller's control directories (every
-// candidate that is a safe directory), and removes those no launcher
-// listens on any more.
+// candidate that is a safe directory). It removes nothing: a caller whose
+// Call on one returns ErrStale removes it with RemoveStale.
 func Find(uid int, getenv func(string) string) []Sandbox {
 	var out []Sandbox
 	seen := map[string]bool{}

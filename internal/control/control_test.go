@@ -241,4 +241,7 @@ func TestStaleRemoved(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dir, "dead.sock")); !os.IsNotExist(err) {
 		t.Errorf("stale socket kept: %v", err)
 	}
+	if _, err := os.Lstat(live.Path); err != nil {
+		t.Errorf("a live launcher's socket was removed: %v", err)
+	}
 }
