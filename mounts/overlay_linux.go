@@ -42,8 +42,17 @@ func (b *builder) overlay(op Op) error {
 		return &Error{Op: "create mount point for overlay", Src: op.Src, Dst: op.Dst, Err: err}
 	}
 	fd, err := b.newOverlay(hostSrc, fi, op.Size)
+	return b.attachOverlay(op, fd, err)
+}
+
+// attachOverlay mounts the overlay fd (made for op) at op.Dst, or, where
+// the kernel refused to make one (err), binds op's source read-only
+// instead: the host stays as safe, only in-session writes there fail.
+func (b *builder) attachOverlay(op Op, fd int, err error) error {
 	if err != nil {
 		b.warnf("%s: the kernel refused an overlay (%v); bound it read-only instead, so writes there fail for this session", op, err)
+		ro := op
+		ro.Kind = ROBind
 		return b.bind(ro)
 	}
 	defer unix.Close(fd)
@@ -97,15 +106,7 @@ func (b *builder) overlayExact(op Op) error {
 		}
 		return &Error{Op: "chdir", Dst: "/", Err: cerr}
 	}
-	if err != nil {
-		b.warnf("%s: the kernel refused an overlay (%v); bound it read-only instead, so writes there fail for this session", op, err)
-		return b.bind(ro)
-	}
-	defer unix.Close(fd)
-	if err := b.attach(fd, op.Dst); err != nil {
-		return &Error{Op: string(op.Kind), Src: op.Src, Dst: op.Dst, Err: err}
-	}
-	return nil
+	return b.attachOverlay(op, fd, err)
 }
 
 // newOverlay creates the detached overlay mount of lower, with a fresh
