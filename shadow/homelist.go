@@ -54,9 +54,19 @@ var HomeEntries = []HomeEntry{
 	{".npm", EntrySession, "npm's tarball cache and npx packages: extracted into node_modules the host runs"},
 }
 
-// homeEntryRoots are where an entry may be: the two XDG trees, and the
-// package caches that live outside them by default.
-var homeEntryRoots = []string{".cache/", ".local/share/", ".npm", "go/pkg/mod", ".cargo/registry"}
+// xdgTrees are the two trees shown deny-by-default; packageCaches are the
+// package caches that live outside them by default. An entry may be below
+// the first or be (or be below) one of the second; every package cache is
+// what the host's builds link in or run from (never rw).
+var (
+	xdgTrees      = []string{".cache/", ".local/share/"}
+	packageCaches = []string{".npm", "go/pkg/mod", ".cargo/registry"}
+)
+
+// inPackageCache reports whether p is, or is below, one of packageCaches.
+func inPackageCache(p string) bool {
+	return slices.ContainsFunc(packageCaches, func(r string) bool { return p == r || strings.HasPrefix(p, r+"/") })
+}
 
 // homeSecrets are entries known to hold credentials, history or sockets:
 // no home-entry may be one or hold one (an entry below one, such as
@@ -79,7 +89,7 @@ var homeSecrets = []string{
 var shareMask = []string{"applications", "claude"}
 
 // ParseHomeEntry reads a home-entry value: "PATH MODE", PATH relative to
-// the home directory, below one of homeEntryRoots, with no "..", and
+// the home directory, below one of xdgTrees or in one of packageCaches, with no "..", and
 // neither a credential location nor a directory holding one.
 func ParseHomeEntry(v string) (HomeEntry, error) {
 	f := strings.Fields(v)
@@ -96,12 +106,7 @@ func ParseHomeEntry(v string) (HomeEntry, error) {
 	if path.IsAbs(p) || p != path.Clean(p) || slices.Contains(strings.Split(p, "/"), "..") || strings.ContainsRune(p, 0) {
 		return HomeEntry{}, fmt.Errorf("%q: the path must be relative to your home directory, clean, with no \"..\" component", p)
 	}
-	ok := false
-	for _, r := range homeEntryRoots {
-		if strings.HasSuffix(r, "/") && strings.HasPrefix(p, r) || p == r || strings.HasPrefix(p, r+"/") {
-			ok = true
-		}
-	}
+	ok := inPackageCache(p) || slices.ContainsFunc(xdgTrees, func(r string) bool { return strings.HasPrefix(p, r) })
 	if !ok {
 		return HomeEntry{}, fmt.Errorf("%q: an entry must be below .cache/ or .local/share/ (or be one of .npm, go/pkg/mod, .cargo/registry)", p)
 	}
@@ -122,7 +127,8 @@ func ParseHomeEntry(v string) (HomeEntry, error) {
 }
 
 // executedEntry reports whether p is, or is below, an entry of the lists
-// of places the host executes from (cacheExec, shareExec).
+// of places the host executes from (cacheExec, shareExec), or a package
+// cache.
 func executedEntry(p string) bool {
 	for _, l := range []struct {
 		dir   string
@@ -137,8 +143,7 @@ func executedEntry(p string) bool {
 			return true
 		}
 	}
-	return p == ".npm" || strings.HasPrefix(p, ".npm/") || p == "go/pkg/mod" || strings.HasPrefix(p, "go/pkg/mod/") ||
-		p == ".cargo/registry" || strings.HasPrefix(p, ".cargo/registry/")
+	return inPackageCache(p)
 }
 
 // homeEntryOps makes ~/.cache and ~/.local/share empty tmpfses (with the
