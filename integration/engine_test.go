@@ -547,6 +547,20 @@ func startReady(t *testing.T, cmd *exec.Cmd, token string) {
 	}
 }
 
+// dirNames returns the names in dir (a missing dir: none).
+func dirNames(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		out[e.Name()] = true
+	}
+	return out
+}
+
 // mountCount counts the host's mounts, as seen by this test process.
 func mountCount(t *testing.T) int {
 	b, err := os.ReadFile("/proc/self/mountinfo")
@@ -575,11 +589,16 @@ func processesWith(token string) []string {
 func TestKilledLauncherLeavesNothing(t *testing.T) {
 	users(t, func(t *testing.T, s *sandbox) {
 		mountsBefore := mountCount(t)
-		tmpBefore, _ := filepath.Glob(os.TempDir() + "/*")
+		tmpBefore := dirNames(t, "/tmp")
+		// The control socket goes to a runtime directory of the test's own,
+		// so that what the launcher leaves is in one place no other
+		// process writes to.
+		runtime := testutil.MkdirFor(t, s.uid)
 		token := fmt.Sprintf("leftover-%d-%d", s.uid, time.Now().UnixNano())
 		// The token is the shell's $0, so its command line carries it for
 		// as long as it runs; its two children run a distinctive sleep.
 		cmd := s.cmd("--", "/bin/sh", "-c", "sleep 1313 & sleep 1313 & echo ready; while :; do sleep 1; done", token)
+		cmd.Env = append(cmd.Env, "XDG_RUNTIME_DIR="+runtime)
 		startReady(t, cmd, token)
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		_ = cmd.Wait()
@@ -601,9 +620,35 @@ func TestKilledLauncherLeavesNothing(t *testing.T) {
 		if n := mountCount(t); n != mountsBefore {
 			t.Errorf("host mount table changed: %d mounts before, %d after", mountsBefore, n)
 		}
-		tmpAfter, _ := filepath.Glob(os.TempDir() + "/*")
-		if len(tmpAfter) > len(tmpBefore) {
-			t.Errorf("files left in %s: before %v, after %v", os.TempDir(), tmpBefore, tmpAfter)
+		// The one file a killed launcher leaves: its control socket
+		// (README, "Parent death is set by init itself").
+		left = nil
+		for n := range dirNames(t, runtime) {
+			if n != "claude-sandbox" {
+				left = append(left, n)
+			}
+		}
+		socks := dirNames(t, filepath.Join(runtime, "claude-sandbox"))
+		for n := range socks {
+			if len(socks) != 1 || !strings.HasSuffix(n, ".sock") {
+				left = append(left, "claude-sandbox/"+n)
+			}
+		}
+		if len(left) > 0 {
+			t.Errorf("the killed launcher left %v in its runtime directory, want its control socket alone", left)
+		}
+		// /tmp is shared with every other process on the machine (a go
+		// build beside the suite makes go-build* there): a new entry there
+		// counts when it carries the product's name; the rest is logged.
+		for n := range dirNames(t, "/tmp") {
+			if tmpBefore[n] {
+				continue
+			}
+			if strings.Contains(n, "claude") {
+				t.Errorf("the killed launcher left /tmp/%s", n)
+			} else {
+				t.Logf("new in /tmp meanwhile, not the launcher's name: %s", n)
+			}
 		}
 	})
 }

@@ -30,14 +30,28 @@ func TestJailCommandSignalDefaults(t *testing.T) {
 			}
 			return strings.Join(sigLines.FindAllString(r.Stdout, -1), "; ")
 		}
-		want := masks(testutil.Run(t, l.jailCmd(uid, "grep", grep[1:]...)))
-		if !strings.Contains(want, "SigIgn") {
-			t.Fatalf("control: no SigIgn line outside (%q)", want)
-		}
-		for _, net := range []string{"--net=jail", "--net=none"} {
-			got := masks(testutil.Run(t, l.jailCmd(uid, bin, append([]string{"run", net, "--"}, grep...)...)))
-			if got != want {
-				t.Errorf("%s: the command's signal masks are %q, want those of a command outside: %q", net, got, want)
+		// Started as is, and started ignoring SIGHUP and SIGINT (as under
+		// nohup, or a script's background job): ignored signals are
+		// inherited across exec, and the command must inherit them through
+		// the launcher as it would without it (the Go runtime of the
+		// launcher, the holder and init would otherwise lose them).
+		ignoring := []string{"/bin/sh", "-c", `trap "" HUP INT; exec "$0" "$@"`}
+		for _, prefix := range [][]string{nil, ignoring} {
+			cmdline := func(args ...string) []string { return append(append([]string{}, prefix...), args...) }
+			outside := cmdline(grep...)
+			want := masks(testutil.Run(t, l.jailCmd(uid, outside[0], outside[1:]...)))
+			if !strings.Contains(want, "SigIgn") {
+				t.Fatalf("control: no SigIgn line outside (%q)", want)
+			}
+			if prefix != nil && !strings.Contains(want, "SigIgn:\t0000000000000003") {
+				t.Fatalf("control: the shell's trap did not leave SIGHUP and SIGINT ignored (%q)", want)
+			}
+			for _, net := range []string{"--net=jail", "--net=none"} {
+				inside := cmdline(append([]string{bin, "run", net, "--"}, grep...)...)
+				got := masks(testutil.Run(t, l.jailCmd(uid, inside[0], inside[1:]...)))
+				if got != want {
+					t.Errorf("%s, started by %q: the command's signal masks are %q, want those of a command outside: %q", net, prefix, got, want)
+				}
 			}
 		}
 	})

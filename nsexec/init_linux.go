@@ -324,6 +324,7 @@ func initSandbox(ch *channel, start startInit) (int, error) {
 	for i, f := range stdio {
 		fds[i] = f.Fd()
 	}
+	ignoreForCommand(start.Ignored)
 	target, err := syscall.ForkExec(path, p.Argv, &syscall.ProcAttr{
 		Env:   p.Env,
 		Files: fds,

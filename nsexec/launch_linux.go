@@ -280,7 +280,7 @@ func (l *launch) start(spawned bool) (int, error) {
 		}
 	}
 	// Encoded while init is still starting, off the launch's path.
-	start := startInit{Plan: p, TTY: useTTY, WaitGo: p.Net == plan.NetJail}
+	start := startInit{Plan: p, TTY: useTTY, WaitGo: p.Net == plan.NetJail, Ignored: startIgnored}
 	if l.term != nil {
 		start.PTYFds = l.term.fds
 		start.Winsize, start.Termios = l.term.state()

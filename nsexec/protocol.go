@@ -128,6 +128,10 @@ type startInit struct {
 	// says why there is none, for the warning.
 	PidsCgroup   bool   `json:"pidsCgroup,omitempty"`
 	PidsNoCgroup string `json:"pidsNoCgroup,omitempty"`
+	// Ignored: the signals the launcher's process started with ignored
+	// (of SIGHUP and SIGINT, see startIgnored); the command starts with
+	// them ignored too.
+	Ignored []int `json:"ignored,omitempty"`
 }
 
 // startHolder is the holder's start: the jail's child driver (see

@@ -31,6 +31,40 @@ import (
 // instead, so a process inside cannot make init signal the command by
 // signalling init: init drops whatever it gets by kill().
 
+// The command starts with the dispositions a command started in the
+// launcher's place would have, and a process inherits ignored signals
+// across exec: `nohup claude-sandbox run -- cmd` must leave cmd ignoring
+// SIGHUP as `nohup cmd` does, and a background job of a script
+// ignoring SIGINT likewise. The Go runtime keeps an inherited SIG_IGN
+// only for SIGHUP and SIGINT (every other signal gets its handler, and a
+// handled signal is back at its default after exec); the launcher's own
+// signal.Notify of them then makes them caught, and the holder and init
+// it starts after that inherit the default. So the launcher notes the
+// two as its process started (package initialisation, before any
+// Notify) and init ignores them again just before it starts the command.
+var startIgnored = ignoredAtStart()
+
+func ignoredAtStart() []int {
+	var out []int
+	for _, s := range []unix.Signal{unix.SIGHUP, unix.SIGINT} {
+		if signal.Ignored(s) {
+			out = append(out, int(s))
+		}
+	}
+	return out
+}
+
+// ignoreForCommand makes init ignore sigs (the launcher's startIgnored)
+// so that the command it starts next inherits them ignored. Init ignores
+// these and more once the command runs anyway (dropSignals).
+func ignoreForCommand(sigs []int) {
+	for _, s := range sigs {
+		if s == int(unix.SIGHUP) || s == int(unix.SIGINT) {
+			signal.Ignore(unix.Signal(s))
+		}
+	}
+}
+
 // forwardedSignals are the ones the launcher passes on.
 var forwardedSignals = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGWINCH}
 
