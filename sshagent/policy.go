@@ -457,3 +457,11 @@ func newProbeKey() (ssh.PublicKey, error) {
 	}
 	return ssh.NewPublicKey(pub)
 }
+
+// Name is the event's name in the audit log: "ssh-sign" or "ssh-refuse".
+func (e Event) Name() string {
+	if e.Signed {
+		return "ssh-sign"
+	}
+	return "ssh-refuse"
+}
