@@ -170,6 +170,11 @@ func TestGitConfig(t *testing.T) {
 	if strings.Contains(agent, "insteadOf = git@github.com:") || !strings.Contains(agent, "insteadOf = git@gitlab.example.org:") {
 		t.Errorf("gitconfig with ssh-agent = github.com:\n%s", agent)
 	}
+	// The presets are their forges.
+	agent = GitConfig("", "", Config{GitLabHost: "gitlab.com", SSHAgent: []string{"@gitlab"}})
+	if strings.Contains(agent, "insteadOf = git@gitlab.com:") || !strings.Contains(agent, "insteadOf = git@github.com:") {
+		t.Errorf("gitconfig with ssh-agent = @gitlab:\n%s", agent)
+	}
 	if strings.Contains(GitConfig("", "", Config{}), "[user]") {
 		t.Error("an empty identity must not write a [user] section")
 	}
