@@ -2,7 +2,8 @@
 // allowed hosts.
 //
 // The agent is backed by the caller's own (SSH_AUTH_SOCK on the host, which
-// is never passed inside): the private keys stay there. To the sandbox it
+// is never passed inside): the private keys stay there; or by key files
+// the launcher reads and holds itself (Config.KeyFiles). To the sandbox it
 // lists only the allowed keys, and it signs only a user authentication
 // request of a connection that OpenSSH (8.9 and later) has bound to a
 // server's host key with the session-bind@openssh.com extension, when that
