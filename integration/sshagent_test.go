@@ -85,8 +85,19 @@ func TestSSHAgentLab(t *testing.T) {
 	}
 }
 
-func sshAgentLab(t *testing.T, bin, vp string, uid int) {
-	l := newLab(t)
+// sshForge is the lab's forge set-up for one caller.
+type sshForge struct {
+	srv     string   // the servers' directory (forge.git, keys)
+	home    string   // the caller's home
+	key     string   // the caller's private key file (~/.ssh/id_ed25519)
+	userPub string   // its public key line
+	sock    string   // the caller's agent's socket, holding the key and a spare
+	env     []string // the caller's environment (HOME, SSH_AUTH_SOCK, PATH)
+}
+
+// newSSHForge starts forge.test and other.test in l's world and the
+// caller's agent on the lab host, for uid.
+func newSSHForge(t *testing.T, l *lab, uid int) sshForge {
 	l.dns(l.world, labDNS+":53")
 	for _, a := range []string{labForge, labOther} {
 		ip(t, "-n", l.world, "addr", "add", a+"/32", "dev", "lo")
@@ -153,6 +164,13 @@ func sshAgentLab(t *testing.T, bin, vp string, uid int) {
 		}
 	}
 
+	return sshForge{srv: srv, home: home, key: key, userPub: userPub, sock: sock, env: env}
+}
+
+func sshAgentLab(t *testing.T, bin, vp string, uid int) {
+	l := newLab(t)
+	f := newSSHForge(t, l, uid)
+	srv, key, userPub, sock, env := f.srv, f.key, f.userPub, f.sock, f.env
 	inside := `set -u
 echo "listed: $(ssh-add -L | wc -l) $(ssh-add -L | cut -d' ' -f3)"
 test -e ` + key + ` && echo "KEY VISIBLE"
@@ -195,4 +213,70 @@ echo end
 	if !strings.Contains(r.Stderr, "ssh-agent: signed 1 time for forge.test; refused 2 ") {
 		t.Errorf("no exit summary of the agent")
 	}
+}
+
+// The claude shadow with ssh-agent in its configuration, signing with a
+// key file the launcher reads (ssh-key-file), in the lab as root and as
+// uid 65534: git push over SSH to forge.test works inside the session;
+// ssh-add -L lists only the key file's key (not the caller's agent's);
+// the key file and the caller's agent socket are not reachable inside;
+// ssh to other.test is refused; the audit log has an ssh-sign line for
+// forge.test and an ssh-refuse line.
+func TestSSHAgentShadowKeyFile(t *testing.T) {
+	if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
+		t.Fatal("openssh-server is needed (scripts/test.sh installs it)")
+	}
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		f := newSSHForge(t, l, uid)
+		audit := filepath.Join(testutil.MkdirFor(t, uid), "audit.jsonl")
+		ws := filepath.Join(f.home, "project")
+		must(t, os.Mkdir(ws, 0o755))
+		must(t, os.Chown(ws, uid, uid))
+		inside := `#!/bin/sh
+echo "listed: $(ssh-add -L | wc -l) $(ssh-add -L | cut -d' ' -f3)"
+test -e ` + f.key + ` && echo "KEY VISIBLE"
+cat ` + f.key + ` 2>/dev/null && echo "KEY READABLE"
+SSH_AUTH_SOCK=` + f.sock + ` ssh-add -L >/dev/null 2>&1 && echo "HOST AGENT REACHABLE"
+cd /tmp && git init -q r && cd r && git -c user.email=a@b.test -c user.name=a commit -q --allow-empty -m shadow &&
+  git push -q root@forge.test:` + filepath.Join(f.srv, "forge.git") + ` HEAD:refs/heads/main && echo "PUSH OK"
+ssh -F /run/claude-sandbox/ssh_config -o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no root@other.test true && echo "OTHER OK"
+echo end
+`
+		conf := fmt.Sprintf("ssh-agent = forge.test\nssh-key-file = %s\naudit-log = %s\nallow-domain = other.test:22\n", f.key, audit)
+		prelude, claude := shadowHost(t, conf, inside)
+		inner := fmt.Sprintf("%s && mount -t tmpfs none /dev/net && mknod -m 666 /dev/net/tun c 10 200 && cd %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s -p x",
+			prelude, ws, uid, uid, strings.Join(append(f.env, "USER=tester"), " "), claude)
+		cmd := exec.Command("ip", "netns", "exec", l.host, "sh", "-c", inner)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		r := testutil.Run(t, cmd)
+		t.Logf("%s", r)
+		if !strings.Contains(r.Stdout, "listed: 1 id_ed25519\n") {
+			t.Errorf("ssh-add -L inside does not list exactly the key file's key")
+		}
+		for _, bad := range []string{"KEY VISIBLE", "KEY READABLE", "HOST AGENT REACHABLE", "OTHER OK"} {
+			if strings.Contains(r.Stdout, bad) {
+				t.Errorf("inside: %s", bad)
+			}
+		}
+		if !strings.Contains(r.Stdout, "PUSH OK") || !strings.Contains(r.Stdout, "end") {
+			t.Errorf("git push over SSH to forge.test failed")
+		}
+		if out, err := exec.Command("git", "--git-dir", filepath.Join(f.srv, "forge.git"), "log", "--format=%s", "main").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "shadow" {
+			t.Errorf("forge.git's main: %q %v", out, err)
+		}
+		if !strings.Contains(r.Stderr, "ssh-agent: signed 1 time for forge.test; refused 1 ") {
+			t.Errorf("no exit summary of the agent")
+		}
+		b, err := os.ReadFile(audit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := string(b)
+		if !strings.Contains(log, `"event":"ssh-sign","host":"forge.test","key":"SHA256:`) {
+			t.Errorf("no ssh-sign line for forge.test in the audit log:\n%s", log)
+		}
+		if !strings.Contains(log, `"event":"ssh-refuse","reason":"the connection is bound to a host key that is no allowed host's`) {
+			t.Errorf("no ssh-refuse line for other.test in the audit log:\n%s", log)
+		}
+	})
 }

@@ -30,7 +30,9 @@ type AuditRecord struct {
 	Time    time.Time `json:"time"`
 	Sandbox string    `json:"sandbox,omitempty"`
 	// Event is "flow" (a flow decision), "reach" (allow or revoke while
-	// running) or "policy" (the blocked set changed).
+	// running), "policy" (the blocked set changed), or "ssh-sign" /
+	// "ssh-refuse" (the --ssh-agent agent signed, or refused, for Host
+	// with the key whose fingerprint is Key; Reason says why not).
 	Event   string `json:"event"`
 	Proto   string `json:"proto,omitempty"`
 	Name    string `json:"name,omitempty"`
@@ -40,6 +42,8 @@ type AuditRecord struct {
 	Rule    string `json:"rule,omitempty"`
 	Change  string `json:"change,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	Host    string `json:"host,omitempty"`
+	Key     string `json:"key,omitempty"`
 }
 
 // Audit is an open audit log. Safe for concurrent use.

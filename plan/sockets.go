@@ -600,3 +600,25 @@ func hostAliases(h Host) func(string) []string {
 		return out
 	}
 }
+
+// ShownAt returns the paths inside the plan's view where the host file
+// hostPath shows (its symlinks followed; through the read-only root, a
+// bind, or another host mount of the same file), for a file that must
+// stay outside (run's --ssh-key-file). A file that cannot be resolved is
+// reported at its own path, to be safe.
+func (p *Plan) ShownAt(hostPath string) []string {
+	h := OSHost{}
+	r, err := resolve(h, hostPath)
+	if err != nil {
+		return []string{hostPath}
+	}
+	var out []string
+	for _, a := range hostAliases(h)(r) {
+		for _, at := range showsAt(p.Mounts, a) {
+			if !contains(out, at) {
+				out = append(out, at)
+			}
+		}
+	}
+	return out
+}

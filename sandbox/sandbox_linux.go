@@ -163,6 +163,10 @@ type SSHAgent struct {
 	// KnownHosts are known_hosts files (nil: the caller's
 	// ~/.ssh/known_hosts and known_hosts2).
 	KnownHosts []string
+	// KeyFiles are unencrypted private key files the launcher reads and
+	// signs with in place of Backing (run's --ssh-key-file); a file the
+	// sandbox would show is refused.
+	KeyFiles []string
 	// Backing is the caller's agent's socket ("": $SSH_AUTH_SOCK).
 	Backing string
 }
@@ -283,7 +287,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 			home, _ := os.UserHomeDir()
 			files = sshagent.KnownHostsFiles(home)
 		}
-		pol, err := sshagent.NewPolicy(sshagent.Config{Hosts: a.Hosts, Keys: a.Keys, HostKeys: a.HostKeys, KnownHosts: files, Report: warn})
+		pol, err := sshagent.NewPolicy(sshagent.Config{Hosts: a.Hosts, Keys: a.Keys, HostKeys: a.HostKeys, KeyFiles: a.KeyFiles, KnownHosts: files, Report: warn})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: SSHAgent: %w", err)
 		}
@@ -355,6 +359,13 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
+	if a := spec.SSHAgent; a != nil {
+		for _, f := range a.KeyFiles {
+			if at := p.ShownAt(f); len(at) > 0 {
+				return nil, fmt.Errorf("sandbox: SSHAgent: key file %s would show inside the sandbox (at %s)", f, strings.Join(at, ", "))
+			}
+		}
+	}
 	if setup != nil {
 		if len(p.Egress.Publish) > 0 {
 			if jopts.Publish, err = jail.Listen(p.Egress.Publish); err != nil {
@@ -367,6 +378,11 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 				return nil, fmt.Errorf("sandbox: AuditLog: %w", err)
 			}
 			jopts.Audit = a
+			if s.agent != nil {
+				s.agent.Policy.SetEvents(func(e sshagent.Event) {
+					a.Write(jail.AuditRecord{Event: e.Name(), Host: e.Host, Key: e.Key, Reason: e.Reason})
+				})
+			}
 		}
 		s.jail = jail.New(setup, jopts)
 		nopts.Jail = s.jail

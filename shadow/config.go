@@ -81,10 +81,13 @@ type Config struct {
 	// SSHAgent are the hosts run's --ssh-agent serves an agent for (HOST
 	// or HOST:PORT); SSHKey the backing agent's keys it lists
 	// (authorized_keys lines or SHA256: fingerprints; none: all);
-	// SSHHostKey pinned host keys, "HOST KEYTYPE BASE64".
+	// SSHHostKey pinned host keys, "HOST KEYTYPE BASE64"; SSHKeyFile
+	// unencrypted private key files the launcher reads and signs with in
+	// place of the caller's agent.
 	SSHAgent   []string `json:"sshAgent,omitempty"`
 	SSHKey     []string `json:"sshKey,omitempty"`
 	SSHHostKey []string `json:"sshHostKey,omitempty"`
+	SSHKeyFile []string `json:"sshKeyFile,omitempty"`
 }
 
 // DefaultConfig is what an absent or empty file means.
@@ -264,6 +267,7 @@ var configKeys = []configKey{
 	}},
 	{"ssh-key", func(c *Config, v configValue) error { return addParsed(&c.SSHKey, v, sshKey) }},
 	{"ssh-host-key", func(c *Config, v configValue) error { return addParsed(&c.SSHHostKey, v, sshHostKey) }},
+	{"ssh-key-file", func(c *Config, v configValue) error { return addParsed(&c.SSHKeyFile, v, absPath) }},
 	{"debug", func(c *Config, v configValue) error { return setBool(&c.Debug, v) }},
 	{"debug-file", func(c *Config, v configValue) error {
 		var p string

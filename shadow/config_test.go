@@ -170,6 +170,11 @@ func TestGitConfig(t *testing.T) {
 	if strings.Contains(agent, "insteadOf = git@github.com:") || !strings.Contains(agent, "insteadOf = git@gitlab.example.org:") {
 		t.Errorf("gitconfig with ssh-agent = github.com:\n%s", agent)
 	}
+	// The presets are their forges.
+	agent = GitConfig("", "", Config{GitLabHost: "gitlab.com", SSHAgent: []string{"@gitlab"}})
+	if strings.Contains(agent, "insteadOf = git@gitlab.com:") || !strings.Contains(agent, "insteadOf = git@github.com:") {
+		t.Errorf("gitconfig with ssh-agent = @gitlab:\n%s", agent)
+	}
 	if strings.Contains(GitConfig("", "", Config{}), "[user]") {
 		t.Error("an empty identity must not write a [user] section")
 	}
@@ -200,9 +205,10 @@ func TestConfigKeysTable(t *testing.T) {
 		"pids-limit":         "pids-limit = 1000",
 		"osc52":              "osc52 = allow",
 		"tmpfs-size":         "tmpfs-size = 512M",
-		"ssh-agent":          "ssh-agent = github.com, forge.test:2222",
+		"ssh-agent":          "ssh-agent = @github, forge.test:2222",
 		"ssh-key":            "ssh-key = SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s",
 		"ssh-host-key":       "ssh-host-key = github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
+		"ssh-key-file":       "ssh-key-file = /home/u/.ssh/id_ed25519",
 		"debug":              "debug",
 		"debug-file":         "debug-file = /var/log/cs.log",
 		"audit-log":          "audit-log = /var/log/cs-audit.jsonl",

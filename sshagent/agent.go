@@ -67,7 +67,7 @@ func (p *Policy) Agent(backing agent.ExtendedAgent) agent.ExtendedAgent {
 	return &conn{p: p, backing: backing}
 }
 
-var errReadOnly = errors.New("the sandbox's ssh-agent holds no keys of its own: add them to the caller's agent")
+var errReadOnly = errors.New("the sandbox's ssh-agent takes no keys from inside: add them to the caller's agent, or name a key file (ssh-key-file)")
 
 func (c *conn) List() ([]*agent.Key, error) {
 	keys, err := c.backing.List()
@@ -95,46 +95,48 @@ func (c *conn) SignWithFlags(key ssh.PublicKey, data []byte, flags agent.Signatu
 		where = "host key " + ssh.FingerprintSHA256(c.hostKey)
 	}
 	if !c.p.keyAllowed(key) {
-		return nil, c.p.refuse(where, fmt.Sprintf("key %s is not an allowed key (ssh-key)", ssh.FingerprintSHA256(key)))
+		return nil, c.p.refuse(where, key, fmt.Sprintf("key %s is not an allowed key (ssh-key)", ssh.FingerprintSHA256(key)))
 	}
 	switch {
 	case c.binds == 0:
-		return nil, c.p.refuse(where, "the connection is not bound to a host key (session-bind@openssh.com; OpenSSH 8.9 or later sends it), so the signature could be for any host")
+		return nil, c.p.refuse(where, key, "the connection is not bound to a host key (session-bind@openssh.com; OpenSSH 8.9 or later sends it), so the signature could be for any host")
 	case c.forwarding:
-		return nil, c.p.refuse(where, "a forwarded agent connection (ssh -A) asked: the sandbox's agent signs only for its own ssh client")
+		return nil, c.p.refuse(where, key, "a forwarded agent connection (ssh -A) asked: the sandbox's agent signs only for its own ssh client")
 	case c.host == nil:
-		return nil, c.p.refuse(where, "the connection is bound to a host key that is no allowed host's (--ssh-agent)")
+		return nil, c.p.refuse(where, key, "the connection is bound to a host key that is no allowed host's (--ssh-agent)")
 	}
 	var req userAuthRequest
 	if err := ssh.Unmarshal(data, &req); err != nil || req.Type != msgUserAuthRequest || !req.HasSig {
-		return nil, c.p.refuse(where, "the data is not a user authentication request")
+		return nil, c.p.refuse(where, key, "the data is not a user authentication request")
 	}
 	if !bytes.Equal(req.SessionID, c.sid) {
-		return nil, c.p.refuse(where, "the request is for another session than the bound one")
+		return nil, c.p.refuse(where, key, "the request is for another session than the bound one")
 	}
 	if !bytes.Equal(req.PubKey, key.Marshal()) {
-		return nil, c.p.refuse(where, "the request names another key than the one asked to sign")
+		return nil, c.p.refuse(where, key, "the request names another key than the one asked to sign")
 	}
 	switch req.Method {
 	case methodPublicKey:
 		if len(req.Rest) != 0 {
-			return nil, c.p.refuse(where, "the data is not a user authentication request")
+			return nil, c.p.refuse(where, key, "the data is not a user authentication request")
 		}
 	case methodHostbound:
 		var hb struct {
 			HostKey []byte
 		}
 		if err := ssh.Unmarshal(req.Rest, &hb); err != nil || !bytes.Equal(hb.HostKey, c.hostKey.Marshal()) {
-			return nil, c.p.refuse(where, "the request names another host key than the bound one")
+			return nil, c.p.refuse(where, key, "the request names another host key than the bound one")
 		}
 	default:
-		return nil, c.p.refuse(where, fmt.Sprintf("authentication method %q", req.Method))
+		return nil, c.p.refuse(where, key, fmt.Sprintf("authentication method %q", req.Method))
 	}
+	// Seam: ask mode's confirmation of each signature (host, key) goes
+	// here, before the backing agent signs.
 	sig, err := c.backing.SignWithFlags(key, data, flags)
 	if err != nil {
 		return nil, err
 	}
-	c.p.countSigned(c.host)
+	c.p.countSigned(c.host, key)
 	return sig, nil
 }
 
@@ -155,7 +157,9 @@ func (c *conn) Extension(typ string, contents []byte) ([]byte, error) {
 		return nil, fmt.Errorf("session-bind: signature: %v", err)
 	}
 	if err := hk.Verify(m.SessionID, &sig); err != nil {
-		c.p.report(fmt.Sprintf("ssh-agent: refused a session-bind: the host key %s did not sign the session identifier", ssh.FingerprintSHA256(hk)))
+		why := fmt.Sprintf("the host key %s did not sign the session identifier", ssh.FingerprintSHA256(hk))
+		c.p.report("ssh-agent: refused a session-bind: " + why)
+		c.p.event(Event{Host: "host key " + ssh.FingerprintSHA256(hk), Reason: "session-bind: " + why})
 		return nil, fmt.Errorf("session-bind: bad signature: %v", err)
 	}
 	if c.authBound {

@@ -2,7 +2,8 @@
 // allowed hosts.
 //
 // The agent is backed by the caller's own (SSH_AUTH_SOCK on the host, which
-// is never passed inside): the private keys stay there. To the sandbox it
+// is never passed inside): the private keys stay there; or by key files
+// the launcher reads and holds itself (Config.KeyFiles). To the sandbox it
 // lists only the allowed keys, and it signs only a user authentication
 // request of a connection that OpenSSH (8.9 and later) has bound to a
 // server's host key with the session-bind@openssh.com extension, when that
@@ -37,6 +38,7 @@ import (
 	"sync"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/crypto/ssh/knownhosts"
 )
 
@@ -47,7 +49,8 @@ const SessionBind = "session-bind@openssh.com"
 // Config is what the agent allows.
 type Config struct {
 	// Hosts are the allowed hosts, HOST or HOST:PORT (port 22 unless
-	// given).
+	// given), or presets (@github, @gitlab) that bring the forge's
+	// published host keys.
 	Hosts []string
 	// KnownHosts are the known_hosts files the hosts' keys are read from
 	// (hashed entries too); a missing file is skipped.
@@ -59,8 +62,24 @@ type Config struct {
 	// authorized_keys line ("KEYTYPE BASE64 [comment]") or a fingerprint
 	// ("SHA256:..."); empty allows all of them.
 	Keys []string
+	// KeyFiles are unencrypted private key files the launcher reads and
+	// signs with itself, in place of the caller's agent (LoadKeyFile).
+	KeyFiles []string
 	// Report receives one line per refused signature; nil drops them.
 	Report func(string)
+}
+
+// Event is one signature made or refused, for the audit log.
+type Event struct {
+	Signed bool
+	// Host is the allowed host signed for, or where a refusal was:
+	// "HOST", "host key SHA256:..." or "unbound".
+	Host string
+	// Key is the user key's SHA256 fingerprint ("" for a refused
+	// session-bind).
+	Key string
+	// Reason is why it was refused.
+	Reason string
 }
 
 // host is one allowed host and its keys.
@@ -88,18 +107,27 @@ func (h *host) knownName() string {
 // Policy is a configuration made ready: the hosts' keys found, the allowed
 // keys parsed. It counts signatures and refusals for the exit summary.
 type Policy struct {
-	hosts  []*host
-	keys   map[string]bool // allowed key fingerprints; nil: all
-	report func(string)
+	hosts   []*host
+	keys    map[string]bool // allowed key fingerprints; nil: all
+	report  func(string)
+	keyring agent.ExtendedAgent // the key files' keys; nil: the caller's agent
 
 	mu      sync.Mutex
 	signed  map[string]int
 	refused map[string]int
+	events  func(Event)
 }
 
 // ParseHost reads HOST or HOST:PORT (an IPv6 address in brackets when a
-// port follows).
+// port follows), or a preset (@github: github.com, port 22).
 func ParseHost(s string) (name string, port int, err error) {
+	if strings.HasPrefix(s, "@") {
+		p, ok := presets[strings.ToLower(s)]
+		if !ok {
+			return "", 0, fmt.Errorf("%q: no such preset (%s)", s, strings.Join(Presets(), ", "))
+		}
+		return p.host, p.port, nil
+	}
 	name, port = s, 22
 	if h, p, e := net.SplitHostPort(s); e == nil {
 		n, e := strconv.Atoi(p)
@@ -161,12 +189,20 @@ func NewPolicy(cfg Config) (*Policy, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ssh-agent: %v", err)
 		}
-		h := &host{name: name, port: port}
-		if byName[h.String()] != nil {
-			continue
+		h := byName[(&host{name: name, port: port}).String()]
+		if h == nil {
+			h = &host{name: name, port: port}
+			byName[h.String()] = h
+			p.hosts = append(p.hosts, h)
 		}
-		byName[h.String()] = h
-		p.hosts = append(p.hosts, h)
+		// A preset brings the forge's published keys.
+		for _, line := range presets[strings.ToLower(s)].keys {
+			k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
+			if err != nil {
+				return nil, fmt.Errorf("ssh-agent: preset %s: %v", s, err)
+			}
+			h.addKey(k)
+		}
 	}
 	for _, line := range cfg.HostKeys {
 		name, port, k, err := ParseHostKey(line)
@@ -186,6 +222,13 @@ func NewPolicy(cfg Config) (*Policy, error) {
 		if len(h.keys) == 0 {
 			return nil, fmt.Errorf("ssh-agent: no host key for %s in %s or the configuration (ssh-host-key = %s KEYTYPE BASE64)", h, strings.Join(cfg.KnownHosts, ", "), h)
 		}
+	}
+	if len(cfg.KeyFiles) > 0 {
+		kr, err := keyring(cfg.KeyFiles)
+		if err != nil {
+			return nil, err
+		}
+		p.keyring = kr
 	}
 	if len(cfg.Keys) > 0 {
 		p.keys = map[string]bool{}
@@ -313,17 +356,36 @@ func (p *Policy) keyAllowed(k ssh.PublicKey) bool {
 	return p.keys == nil || p.keys[ssh.FingerprintSHA256(k)]
 }
 
-func (p *Policy) countSigned(h *host) {
+// SetEvents makes f receive every signature made or refused from now on
+// (the audit log, opened after the agent starts); nil stops it.
+func (p *Policy) SetEvents(f func(Event)) {
 	p.mu.Lock()
-	p.signed[h.String()]++
+	p.events = f
 	p.mu.Unlock()
 }
 
-func (p *Policy) refuse(where, why string) error {
+func (p *Policy) event(e Event) {
+	p.mu.Lock()
+	f := p.events
+	p.mu.Unlock()
+	if f != nil {
+		f(e)
+	}
+}
+
+func (p *Policy) countSigned(h *host, key ssh.PublicKey) {
+	p.mu.Lock()
+	p.signed[h.String()]++
+	p.mu.Unlock()
+	p.event(Event{Signed: true, Host: h.String(), Key: ssh.FingerprintSHA256(key)})
+}
+
+func (p *Policy) refuse(where string, key ssh.PublicKey, why string) error {
 	p.mu.Lock()
 	p.refused[where]++
 	p.mu.Unlock()
 	p.report(fmt.Sprintf("ssh-agent: refused a signature (%s): %s", where, why))
+	p.event(Event{Host: where, Key: ssh.FingerprintSHA256(key), Reason: why})
 	return fmt.Errorf("refused by the sandbox's ssh-agent: %s", why)
 }
 
@@ -395,4 +457,12 @@ func newProbeKey() (ssh.PublicKey, error) {
 		return nil, err
 	}
 	return ssh.NewPublicKey(pub)
+}
+
+// Name is the event's name in the audit log: "ssh-sign" or "ssh-refuse".
+func (e Event) Name() string {
+	if e.Signed {
+		return "ssh-sign"
+	}
+	return "ssh-refuse"
 }

@@ -59,16 +59,21 @@ type Server struct {
 
 // Listen creates a private (0700) directory and listens on a socket in
 // it; each connection is served by p's agent over a connection of its own
-// to the backing agent's socket (the caller's SSH_AUTH_SOCK).
+// to the backing agent's socket (the caller's SSH_AUTH_SOCK), or over the
+// key files' keys when p has some (backing is not used then).
 func Listen(p *Policy, backing string) (*Server, error) {
-	if backing == "" {
+	if p.keyring != nil {
+		backing = ""
+	} else if backing == "" {
 		return nil, errors.New("ssh-agent: SSH_AUTH_SOCK is not set: start an agent (ssh-agent) and add the key (ssh-add)")
 	}
-	c, err := net.Dial("unix", backing)
-	if err != nil {
-		return nil, fmt.Errorf("ssh-agent: the caller's agent (SSH_AUTH_SOCK): %v", err)
+	if backing != "" {
+		c, err := net.Dial("unix", backing)
+		if err != nil {
+			return nil, fmt.Errorf("ssh-agent: the caller's agent (SSH_AUTH_SOCK): %v", err)
+		}
+		c.Close()
 	}
-	c.Close()
 	dir, err := os.MkdirTemp("", "claude-sandbox-ssh-")
 	if err != nil {
 		return nil, fmt.Errorf("ssh-agent: %v", err)
@@ -114,6 +119,10 @@ func (s *Server) accept() {
 				s.mu.Unlock()
 				c.Close()
 			}()
+			if kr := s.Policy.keyring; kr != nil {
+				_ = agent.ServeAgent(s.Policy.Agent(kr), c)
+				return
+			}
 			b, err := net.Dial("unix", s.backing)
 			if err != nil {
 				s.Policy.report(fmt.Sprintf("ssh-agent: the caller's agent: %v", err))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,8 @@ type runArgs struct {
 	osc52         bool          // --osc52 allow
 	sshAgent      []string      // --ssh-agent hosts
 	sshKeys       []string      // --ssh-key keys
+	sshKeyFiles   []string      // --ssh-key-file files
+	sshHostKeys   []string      // --ssh-host-key pinned host keys
 }
 
 // baseEnv puts the base environment a command gets unless --clearenv was
@@ -224,6 +227,28 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, usagef("--ssh-key: %v", err)
 			}
 			r.sshKeys = append(r.sshKeys, v)
+		case "--ssh-key-file":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			if v == "" {
+				return nil, usagef("--ssh-key-file: an empty path")
+			}
+			abs, err := filepath.Abs(v)
+			if err != nil {
+				return nil, usagef("--ssh-key-file: %v", err)
+			}
+			r.sshKeyFiles = append(r.sshKeyFiles, abs)
+		case "--ssh-host-key":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			if _, _, _, err := sshagent.ParseHostKey(v); err != nil {
+				return nil, usagef("--ssh-host-key: %v", err)
+			}
+			r.sshHostKeys = append(r.sshHostKeys, v)
 		case "--log-blocked":
 			v, err := value()
 			if err != nil {

@@ -168,12 +168,19 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: the current directory cannot be found (%v): starting in /\n", err)
 	}
 	x := runExtras{logBlocked: r.logBlocked, auditLog: r.auditLog, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
-	if len(r.sshKeys) > 0 && len(r.sshAgent) == 0 {
-		fmt.Fprintf(stderr, "claude-sandbox %s: --ssh-key needs --ssh-agent\n", verb)
-		return 2
+	if len(r.sshAgent) == 0 {
+		for _, o := range []struct {
+			name string
+			n    int
+		}{{"--ssh-key", len(r.sshKeys)}, {"--ssh-key-file", len(r.sshKeyFiles)}, {"--ssh-host-key", len(r.sshHostKeys)}} {
+			if o.n > 0 {
+				fmt.Fprintf(stderr, "claude-sandbox %s: %s needs --ssh-agent\n", verb, o.name)
+				return 2
+			}
+		}
 	}
 	if len(r.sshAgent) > 0 {
-		x.sshAgent = &sshagent.Config{Hosts: r.sshAgent, Keys: r.sshKeys, KnownHosts: sshagent.KnownHostsFiles(r.opts.Home)}
+		x.sshAgent = &sshagent.Config{Hosts: r.sshAgent, Keys: r.sshKeys, KeyFiles: r.sshKeyFiles, HostKeys: r.sshHostKeys, KnownHosts: sshagent.KnownHostsFiles(r.opts.Home)}
 	}
 	if r.statusFD >= 0 {
 		f, err := openStatusFD(r.statusFD)
@@ -225,8 +232,10 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 		return code
 	}
+	var agentSrv *sshagent.Server
 	if x.sshAgent != nil {
 		srv, err := startSSHAgent(*x.sshAgent, &opts, stderr)
+		agentSrv = srv
 		if err != nil {
 			return fail(nsexec.ExitSetup, "claude-sandbox %s: %v", verb, err)
 		}
@@ -277,6 +286,16 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	p, err := plan.Build(opts)
 	if err != nil {
 		return fail(2, "claude-sandbox %s: %v", verb, err)
+	}
+	if x.sshAgent != nil {
+		// The key stays in the launcher: a key file the sandbox would
+		// show (the workspace, a directory of the read-only root) is
+		// refused.
+		for _, f := range x.sshAgent.KeyFiles {
+			if at := p.ShownAt(f); len(at) > 0 {
+				return fail(2, "claude-sandbox %s: ssh-key-file %s would show inside the sandbox (at %s): keep the key where the sandbox shows nothing, such as ~/.ssh (the sandbox's home is empty)", verb, f, strings.Join(at, ", "))
+			}
+		}
 	}
 	if setup != nil {
 		p.Egress.Routes = strings.Split(strings.TrimSuffix(setup.Routes.String(), "\n"), "\n")
@@ -346,6 +365,11 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			}
 			defer a.Close()
 			jo.Audit = a
+			if agentSrv != nil {
+				agentSrv.Policy.SetEvents(func(e sshagent.Event) {
+					a.Write(jail.AuditRecord{Event: e.Name(), Host: e.Host, Key: e.Key, Reason: e.Reason})
+				})
+			}
 		}
 		nopts.Jail = jail.New(setup, jo)
 	}

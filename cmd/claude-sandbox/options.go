@@ -146,10 +146,22 @@ caller's ~/.ssh/known_hosts holds it; every other
 signature is refused and reported. HOST or HOST:PORT
 (22 by default); repeatable. GIT_SSH_COMMAND uses a
 known_hosts of exactly those keys; with an
---allow-domain list, HOST:PORT is added to it`},
+--allow-domain list, HOST:PORT is added to it.
+@github and @gitlab stand for github.com and
+gitlab.com with their published host keys`},
 	{name: "--ssh-key", args: []string{"KEY"}, section: secNet, short: "the caller's agent key --ssh-agent lists and signs with", help: `with --ssh-agent, list and sign with only KEY of the
 caller's agent (a public key line, KEYTYPE BASE64, or
 a SHA256: fingerprint; repeatable; default: all)`},
+	{name: "--ssh-key-file", args: []string{"FILE"}, section: secNet, short: "a private key file --ssh-agent signs with, held by the launcher", help: `with --ssh-agent, sign with the unencrypted private
+key in FILE instead of the caller's agent: the
+launcher reads it (mode 600, as ssh wants; an
+encrypted key is refused: ssh-add it instead) and
+holds it; it must not show inside the sandbox (keep
+it under ~/.ssh, which the empty home hides); the
+same host policy applies (repeatable)`},
+	{name: "--ssh-host-key", args: []string{"LINE"}, section: secNet, short: "a pinned host key of an --ssh-agent host", help: `with --ssh-agent, trust a host key given as LINE,
+'HOST KEYTYPE BASE64' (HOST an --ssh-agent host),
+besides what ~/.ssh/known_hosts holds (repeatable)`},
 	{name: "--log-blocked", args: []string{"FILE"}, section: secNet, help: `append every blocked flow to FILE as a JSON line
 (otherwise a summary is printed when the command ends)`},
 	{name: "--audit-log", args: []string{"FILE"}, section: secNet, help: `append every flow decision (allowed and refused) and

@@ -425,7 +425,7 @@ func gitIdentity() (name, email string) {
 func shadowExtras(cfg shadow.Config, home, workspace string) runExtras {
 	x := runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile, osc52: cfg.OSC52, workspace: workspace, auditLog: cfg.AuditLog}
 	if len(cfg.SSHAgent) > 0 {
-		x.sshAgent = &sshagent.Config{Hosts: cfg.SSHAgent, Keys: cfg.SSHKey, HostKeys: cfg.SSHHostKey, KnownHosts: sshagent.KnownHostsFiles(home)}
+		x.sshAgent = &sshagent.Config{Hosts: cfg.SSHAgent, Keys: cfg.SSHKey, HostKeys: cfg.SSHHostKey, KeyFiles: cfg.SSHKeyFile, KnownHosts: sshagent.KnownHostsFiles(home)}
 	}
 	return x
 }
