@@ -19,6 +19,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,11 +71,22 @@ func subcommandHelp(name string) (string, bool) {
 func main() {
 	nsexec.Init()       // a re-executed stage runs here and never returns
 	verify.InitNested() // so does the nested helper of verify's probes
-	// One P: package oneproc set it during package initialisation.
+	// One P: package oneproc set it during package initialisation;
+	// GOMAXPROCS in the environment still decides.
+	gomaxprocsFromEnv()
 	if filepath.Base(os.Args[0]) == "claude" {
 		os.Exit(shadowMain(os.Args[1:], false, os.Stdout, os.Stderr))
 	}
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// gomaxprocsFromEnv sets the number of Ps GOMAXPROCS names, as the
+// runtime would have at its start (a positive number; anything else is
+// ignored), undoing package oneproc's one P.
+func gomaxprocsFromEnv() {
+	if n, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); err == nil && n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
