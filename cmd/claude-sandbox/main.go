@@ -1,3 +1,12 @@
+// No goroutine watching the CPU limit to move GOMAXPROCS (Go 1.25's
+// updatemaxprocs): every process of this binary runs with one P (package
+// oneproc; a stage's environment), an explicit setting that stops such
+// updates anyway, so the goroutine, started before any initialiser, was
+// only its stack and its first run: page faults in every launcher
+// (issue 33, docs/performance.md).
+//
+//go:debug updatemaxprocs=0
+
 // Command claude-sandbox runs a command in a rootless Linux sandbox built
 // from namespaces: a read-only view of the host, an empty home, a private
 // /dev and /proc, no capabilities and a minimal environment.
