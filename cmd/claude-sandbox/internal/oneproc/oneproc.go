@@ -1,7 +1,7 @@
 // Package oneproc gives the claude-sandbox command one P (GOMAXPROCS=1)
 // from its package initialisation, as early as the import order allows:
 // it imports only runtime, and its path sorts before every other package
-// of the module, so its init function runs about fifth, right after the
+// of the module, so its init function runs sixth or so, right after the
 // runtime's own packages, before the heavier initialisers (unicode's
 // tables, gVisor's registrations, encoding/json, the CLI's own).
 //
