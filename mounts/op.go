@@ -174,11 +174,15 @@ func CleanAbs(p string) (string, error) {
 	return path.Clean(p), nil
 }
 
-// opJSON is Op as JSON: its paths, Data and Target keep their exact bytes
+// OpJSON is Op as JSON: its paths, Data and Target keep their exact bytes
 // (a valid UTF-8 string as usual, any other as {"base64": ...}). Every
 // other field travels through the embedded opFields as it is, so a field
-// added to Op crosses to the stages without a change here.
-type opJSON struct {
+// added to Op crosses to the stages without a change here. A plan carries
+// its operations as OpJSON (see [Op.JSON]), so that the decoder of the
+// whole plan decodes them, its refusal of unknown fields included, where
+// Op's UnmarshalJSON needs a decoder of its own for each operation
+// (fresh memory, in a stage where every page is a page fault: issue 33).
+type OpJSON struct {
 	Kind   Kind         `json:"kind"`
 	Src    exact.String `json:"src,omitempty"`
 	Dst    exact.String `json:"dst"`
@@ -188,28 +192,39 @@ type opJSON struct {
 	opFields
 }
 
-// opFields is Op without its methods (opJSON's own fields, named first
+// opFields is Op without its methods (OpJSON's own fields, named first
 // to keep the order `plan --json` has always printed, win over these).
 type opFields Op
 
 // MarshalJSON writes the op with its strings byte for byte.
 func (o Op) MarshalJSON() ([]byte, error) {
-	return json.Marshal(opJSON{Kind: o.Kind, Src: exact.String(o.Src), Dst: exact.String(o.Dst), Mode: o.Mode,
-		Data: exact.String(o.Data), Target: exact.String(o.Target), opFields: opFields(o)})
+	return json.Marshal(o.JSON())
+}
+
+// JSON returns o as it travels.
+func (o Op) JSON() OpJSON {
+	return OpJSON{Kind: o.Kind, Src: exact.String(o.Src), Dst: exact.String(o.Dst), Mode: o.Mode,
+		Data: exact.String(o.Data), Target: exact.String(o.Target), opFields: opFields(o)}
+}
+
+// Op returns the operation j carries.
+func (j OpJSON) Op() Op {
+	o := Op(j.opFields)
+	o.Kind, o.Mode = j.Kind, j.Mode
+	o.Src, o.Dst, o.Data, o.Target = string(j.Src), string(j.Dst), string(j.Data), string(j.Target)
+	return o
 }
 
 // UnmarshalJSON reads what MarshalJSON writes, and refuses a field it
 // does not know (see plan.Plan's).
 func (o *Op) UnmarshalJSON(b []byte) error {
-	var j opJSON
+	var j OpJSON
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&j); err != nil {
 		return err
 	}
-	*o = Op(j.opFields)
-	o.Kind, o.Mode = j.Kind, j.Mode
-	o.Src, o.Dst, o.Data, o.Target = string(j.Src), string(j.Dst), string(j.Data), string(j.Target)
+	*o = j.Op()
 	return nil
 }
 

@@ -62,10 +62,28 @@ func (b *builder) hidePrivate(dst string) error {
 
 type privateWalk struct {
 	b      *builder
-	buf    []byte   // getdents buffer
-	lists  [][]byte // the listing being walked at each depth, reused
+	bufs   [][]byte // getdents buffers, one per depth, reused
 	path   []byte   // the view's path of the entry at hand
 	unread int      // directories masked whole because the budget was spent
+}
+
+// walkBuf is the size of a depth's getdents buffer: one page. A directory
+// whose listing does not fit is read again in page-sized pieces while its
+// entries are judged (see list), so the walk touches about a page of
+// memory per depth, whatever the size of the directories: a fresh page is
+// a page fault, and on some machines a page fault costs as much CPU as
+// dozens of system calls (docs/performance.md, issue 33).
+const walkBuf = 4096
+
+// buf returns depth's getdents buffer.
+func (w *privateWalk) buf(depth int) []byte {
+	for len(w.bufs) <= depth {
+		w.bufs = append(w.bufs, nil)
+	}
+	if w.bufs[depth] == nil {
+		w.bufs[depth] = make([]byte, walkBuf)
+	}
+	return w.bufs[depth]
 }
 
 // private reports whether the entry st describes is private to the
@@ -144,12 +162,31 @@ func ancestors(keep map[string]bool) map[string]bool {
 // below the walk's start); it closes dfd.
 func (w *privateWalk) dir(dfd int, depth int) error {
 	defer unix.Close(dfd)
-	list, err := w.list(dfd, depth)
-	if err != nil || list == nil {
+	buf, n, more, err := w.list(dfd, depth)
+	if err != nil || n < 0 {
 		return err
 	}
 	base := len(w.path)
 	defer func() { w.path = w.path[:base] }()
+	for {
+		if err := w.judge(dfd, buf[:n], base, depth); err != nil {
+			return err
+		}
+		if !more {
+			return nil
+		}
+		// The next piece of a listing longer than the buffer: what the
+		// entries judged so far did below (deeper buffers only) left this
+		// one and dfd's position alone.
+		if n, err = unix.Getdents(dfd, buf); err != nil || n <= 0 {
+			return nil // an error: gone meanwhile; what was read is judged
+		}
+	}
+}
+
+// judge judges the entries of list, a piece of the listing of the
+// directory dfd, the view's w.path[:base].
+func (w *privateWalk) judge(dfd int, list []byte, base, depth int) error {
 	for len(list) > 0 {
 		name, typ, reclen := direntAt(list)
 		if reclen == 0 {
@@ -179,41 +216,49 @@ func (w *privateWalk) dir(dfd int, depth int) error {
 	return nil
 }
 
-// list reads the entries in the directory open at dfd into the listing
-// buffer of its depth, or masks it whole (and returns nil) when the budget
-// left cannot cover them. A directory on the way to a later operation's
-// destination is always read.
-func (w *privateWalk) list(dfd int, depth int) ([]byte, error) {
+// list starts reading the directory open at dfd into the buffer of its
+// depth, or masks it whole (and returns n < 0) when the budget left cannot
+// cover its entries. A directory on the way to a later operation's
+// destination is always read. It returns the buffer with the listing's
+// first n bytes, and whether more is to be read from dfd (a listing
+// longer than the buffer: it was counted piece by piece, then dfd
+// rewound, so the pieces come again, one at a time, to be judged).
+func (w *privateWalk) list(dfd int, depth int) (buf []byte, n int, more bool, err error) {
 	keepPath := w.b.keepAbove[string(w.path)]
-	if w.buf == nil {
-		w.buf = make([]byte, 64<<10)
+	buf = w.buf(depth)
+	n, err = unix.Getdents(dfd, buf)
+	if err != nil || n <= 0 {
+		return buf, 0, false, nil // empty, or an error: gone meanwhile
 	}
-	for len(w.lists) <= depth {
-		w.lists = append(w.lists, nil)
-	}
-	out, count := w.lists[depth][:0], 0
+	count := countDirents(buf[:n])
 	for {
-		n, err := unix.Getdents(dfd, w.buf)
-		if err != nil || n <= 0 {
-			break // an error: gone meanwhile; what was read is judged
-		}
-		out = append(out, w.buf[:n]...)
-		count += countDirents(w.buf[:n])
 		if !keepPath && count > w.b.walkLeft {
-			w.lists[depth] = out
 			if err := w.b.maskDirAt(dfd); err != nil {
-				return nil, &Error{Op: "hide unread directory", Dst: string(w.path), Err: err}
+				return nil, -1, false, &Error{Op: "hide unread directory", Dst: string(w.path), Err: err}
 			}
 			w.unread++
-			return nil, nil
+			return nil, -1, false, nil
 		}
+		// Past the first piece the buffer only counts; a read that
+		// returns nothing leaves the first piece in it.
+		m, err := unix.Getdents(dfd, buf)
+		if err != nil || m <= 0 {
+			break // the end (an error: gone meanwhile; what was read is judged)
+		}
+		more = true
+		count += countDirents(buf[:m])
 	}
-	w.lists[depth] = out
 	w.b.walkLeft -= count
-	if out == nil {
-		out = []byte{} // read, and empty
+	if !more {
+		return buf, n, false, nil
 	}
-	return out, nil
+	if _, err := unix.Seek(dfd, 0, 0); err != nil {
+		return nil, -1, false, &Error{Op: "hide private files: rewind", Dst: string(w.path), Err: err}
+	}
+	if n, err = unix.Getdents(dfd, buf); err != nil || n <= 0 {
+		return buf, 0, false, nil
+	}
+	return buf, n, true, nil
 }
 
 // direntName is where a linux_dirent64 record's name starts (after d_ino,

@@ -172,3 +172,104 @@ func TestDirentsInPlace(t *testing.T) {
 		}
 	}
 }
+
+// A listing longer than the walk's one-page buffer is judged piece by
+// piece, with entered directories (their own long listings, read through
+// the deeper buffers) between the pieces: every root-only file of a
+// directory of 400 entries, and of a subdirectory of 300 met midway, is
+// masked, every world-readable one stays. Run in a child process with a
+// mount namespace of its own. Seen failing (secrets past the first piece
+// readable) with dir's loop over the further pieces removed, and with
+// list's rewind removed.
+func TestPrivateWalkLongListing(t *testing.T) {
+	if dir := os.Getenv("MOUNTS_TEST_LONG_TREE"); dir != "" {
+		longListingChild(dir)
+		return
+	}
+	if os.Getuid() != 0 {
+		t.Skip("needs root: the child makes a mount namespace and masks root-only files")
+	}
+	tree, err := os.MkdirTemp("/var/tmp", "mounts-long-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tree)
+	if err := os.Chmod(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fill := func(dir string, n int) {
+		for i := 0; i < n; i++ {
+			name, mode, body := fmt.Sprintf("pub-%03d-%s", i, strings.Repeat("n", 40)), os.FileMode(0o644), "PUBLIC"
+			if i%37 == 5 {
+				name, mode, body = fmt.Sprintf("sec-%03d-%s", i, strings.Repeat("n", 40)), 0o600, "SECRET"
+			}
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(filepath.Join(dir, name), mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	big := filepath.Join(tree, "big")
+	if err := os.Mkdir(big, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fill(big, 400)
+	for _, sub := range []string{"sub-a", "sub-m", "sub-z"} {
+		d := filepath.Join(big, sub)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		fill(d, 300)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPrivateWalkLongListing$")
+	cmd.Env = append(os.Environ(), "MOUNTS_TEST_LONG_TREE="+tree)
+	cmd.SysProcAttr = &unix.SysProcAttr{Unshareflags: unix.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	got := string(out)
+	// 400 entries: 11 secrets (i%37 == 5), 389 public; 300: 8 and 292.
+	for _, want := range []string{"big: public 389 secrets 11 readable secrets 0",
+		"sub-a: public 292 secrets 8 readable secrets 0",
+		"sub-m: public 292 secrets 8 readable secrets 0",
+		"sub-z: public 292 secrets 8 readable secrets 0"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("want %q in the child's report:\n%s", want, got)
+		}
+	}
+}
+
+func longListingChild(tree string) {
+	if _, err := Setup([]Op{{Kind: RootRO, Dst: "/"}, {Kind: HidePrivate, Dst: tree}}); err != nil {
+		fmt.Println("setup:", err)
+		os.Exit(1)
+	}
+	report := func(name, dir string) {
+		ents, _ := os.ReadDir(dir)
+		pub, sec, readable := 0, 0, 0
+		for _, e := range ents {
+			if e.IsDir() {
+				continue
+			}
+			b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+			switch {
+			case strings.HasPrefix(e.Name(), "pub-") && string(b) == "PUBLIC":
+				pub++
+			case strings.HasPrefix(e.Name(), "sec-"):
+				sec++
+				if strings.Contains(string(b), "SECRET") {
+					readable++
+				}
+			}
+		}
+		fmt.Printf("%s: public %d secrets %d readable secrets %d\n", name, pub, sec, readable)
+	}
+	report("big", tree+"/big")
+	for _, sub := range []string{"sub-a", "sub-m", "sub-z"} {
+		report(sub, tree+"/big/"+sub)
+	}
+	os.Exit(0)
+}

@@ -99,6 +99,20 @@ type planJSON struct {
 	planFields
 }
 
+// planJSONIn is what UnmarshalJSON decodes: planJSON with the mount
+// operations as mounts.OpJSON, so this one decoder decodes them too, its
+// refusal of unknown fields included, where each Op's UnmarshalJSON would
+// need a decoder of its own (fresh memory, in a stage where each page is a
+// page fault: issue 33). Only for decoding: encoding keeps planJSON's
+// field order.
+type planJSONIn struct {
+	Argv   []exact.String  `json:"argv"`
+	Env    []exact.String  `json:"env"`
+	Dir    exact.String    `json:"dir"`
+	Mounts []mounts.OpJSON `json:"mounts"`
+	planFields
+}
+
 // planFields is Plan without its methods, so the rest of its fields
 // encode as they are (planJSON's own three win over these).
 type planFields Plan
@@ -112,7 +126,7 @@ func (p Plan) MarshalJSON() ([]byte, error) {
 // does not know: a plan reaches the sandbox's init this way, and a stage
 // binary of another version must not drop a wall it has no field for.
 func (p *Plan) UnmarshalJSON(b []byte) error {
-	var j planJSON
+	var j planJSONIn
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&j); err != nil {
@@ -120,6 +134,12 @@ func (p *Plan) UnmarshalJSON(b []byte) error {
 	}
 	*p = Plan(j.planFields)
 	p.Argv, p.Env, p.Dir = exact.Plain(j.Argv), exact.Plain(j.Env), string(j.Dir)
+	if j.Mounts != nil {
+		p.Mounts = make([]mounts.Op, len(j.Mounts))
+		for i, o := range j.Mounts {
+			p.Mounts[i] = o.Op()
+		}
+	}
 	return nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -32,17 +31,15 @@ func InstallFilter(f *Filter) error {
 	if f == nil {
 		return errors.New("no filter")
 	}
-	ifc, err := net.InterfaceByName(f.Dev)
+	oif, err := linkIndex(f.Dev)
 	if err != nil {
 		return fmt.Errorf("filter: %w", err)
 	}
 	var sink uint32
 	if f.Sink != "" {
-		s, err := net.InterfaceByName(f.Sink)
-		if err != nil {
+		if sink, err = linkIndex(f.Sink); err != nil {
 			return fmt.Errorf("filter: %w", err)
 		}
-		sink = uint32(s.Index)
 	}
 	fd, err := openNetfilter()
 	if err != nil {
@@ -50,7 +47,7 @@ func InstallFilter(f *Filter) error {
 	}
 	defer unix.Close(fd)
 	var seq uint32
-	return installFilterOn(fd, &seq, f, uint32(ifc.Index), sink)
+	return installFilterOn(fd, &seq, f, oif, sink)
 }
 
 // installFilterOn is InstallFilter over the netfilter socket fd, with the

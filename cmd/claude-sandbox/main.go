@@ -1,3 +1,12 @@
+// No goroutine watching the CPU limit to move GOMAXPROCS (Go 1.25's
+// updatemaxprocs): every process of this binary runs with one P (package
+// oneproc; a stage's environment), an explicit setting that stops such
+// updates anyway, so the goroutine, started before any initialiser, was
+// only its stack and its first run: page faults in every launcher
+// (issue 33, docs/performance.md).
+//
+//go:debug updatemaxprocs=0
+
 // Command claude-sandbox runs a command in a rootless Linux sandbox built
 // from namespaces: a read-only view of the host, an empty home, a private
 // /dev and /proc, no capabilities and a minimal environment.
@@ -19,6 +28,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,11 +80,22 @@ func subcommandHelp(name string) (string, bool) {
 func main() {
 	nsexec.Init()       // a re-executed stage runs here and never returns
 	verify.InitNested() // so does the nested helper of verify's probes
-	// One P: package oneproc set it during package initialisation.
+	// One P: package oneproc set it during package initialisation;
+	// GOMAXPROCS in the environment still decides.
+	gomaxprocsFromEnv()
 	if filepath.Base(os.Args[0]) == "claude" {
 		os.Exit(shadowMain(os.Args[1:], false, os.Stdout, os.Stderr))
 	}
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// gomaxprocsFromEnv sets the number of Ps GOMAXPROCS names, as the
+// runtime would have at its start (a positive number; anything else is
+// ignored), undoing package oneproc's one P.
+func gomaxprocsFromEnv() {
+	if n, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); err == nil && n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {

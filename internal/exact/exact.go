@@ -22,6 +22,10 @@ type String string
 // MarshalJSON writes s as a JSON string when it is valid UTF-8, else as
 // {"base64": "..."}.
 func (s String) MarshalJSON() ([]byte, error) {
+	if plain(string(s)) {
+		b := make([]byte, 0, len(s)+2)
+		return append(append(append(b, '"'), s...), '"'), nil
+	}
 	if utf8.ValidString(string(s)) {
 		return json.Marshal(string(s))
 	}
@@ -33,6 +37,10 @@ func (s String) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads either form MarshalJSON writes.
 func (s *String) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && plain(string(b[1:len(b)-1])) {
+		*s = String(b[1 : len(b)-1])
+		return nil
+	}
 	if len(b) > 0 && b[0] == '{' {
 		var o struct {
 			Base64 *string `json:"base64"`
@@ -56,6 +64,23 @@ func (s *String) UnmarshalJSON(b []byte) error {
 	}
 	*s = String(v)
 	return nil
+}
+
+// plain reports whether s is printable ASCII that encoding/json writes
+// as it is between quotes: no '"' or '\\' (escaped), no control byte, and
+// none of '<', '>', '&' (which it escapes for HTML). Such a string is
+// encoded and decoded here without encoding/json, whose encoder and
+// decoder state a call would allocate: paths and environment entries are
+// nearly all plain, a sandbox's start carries a few hundred of them, and
+// each allocation in a short-lived stage is fresh memory (issue 33).
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // Strings converts a slice for encoding (nil stays nil).

@@ -1,10 +1,9 @@
 // Package oneproc gives the claude-sandbox command one P (GOMAXPROCS=1)
 // from its package initialisation, as early as the import order allows:
-// it imports only os and runtime (not even strings, whose own imports sort
-// late and would hold it back), and its path sorts before every other
-// package of the module, so its init function runs before the heavier
-// initialisers (unicode's tables, gVisor's registrations, encoding/json,
-// the CLI's own).
+// it imports only runtime, and its path sorts before every other package
+// of the module, so its init function runs sixth or so, right after the
+// runtime's own packages, before the heavier initialisers (unicode's
+// tables, gVisor's registrations, encoding/json, the CLI's own).
 //
 // Why one P: the launcher carries the jail's traffic on the userstack's
 // event loop, and one P keeps that loop on one thread: with a second, the
@@ -21,25 +20,16 @@
 // back to the central lists, one fresh page of the runtime's span sets
 // for each size class the initialisers allocated from. Called from main,
 // after every initialiser, that cost about 57 page faults a launch (a
-// perf record of page faults, issue 33); here, before them, a few.
+// perf record of page faults, issue 33); after os's initialiser (when it
+// read the environment itself) about 30; here, a few.
 //
-// GOMAXPROCS in the environment still decides. A process started as one
-// of this binary's internal helpers (argv[0] "claude-sandbox:...": a
-// sandbox stage, which has GOMAXPROCS=1 in its environment anyway, or
-// verify's nested helper) is left as it was.
+// GOMAXPROCS in the environment still decides: main puts it back (this
+// package cannot read the environment without importing os, which would
+// hold its initialiser back). A sandbox stage
+// has GOMAXPROCS=1 in its environment: the runtime starts it with one P
+// and the call here changes nothing.
 package oneproc
 
-import (
-	"os"
-	"runtime"
-)
+import "runtime"
 
-// helper begins the argv[0] of this binary's internal helpers.
-const helper = "claude-sandbox:"
-
-func init() {
-	if os.Getenv("GOMAXPROCS") != "" || len(os.Args) > 0 && len(os.Args[0]) >= len(helper) && os.Args[0][:len(helper)] == helper {
-		return
-	}
-	runtime.GOMAXPROCS(1)
-}
+func init() { runtime.GOMAXPROCS(1) }
