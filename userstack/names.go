@@ -355,6 +355,8 @@ type nameFlow struct {
 	name string
 	rule string
 	dns  bool
+	// ask: refused by rule, but the ask mode may hold it (ask.go).
+	ask bool
 }
 
 // admit decides a new flow against the allowlist. It returns nil for a
@@ -384,6 +386,9 @@ func (n *names) admit(proto netpolicy.Proto, dst netip.AddrPort) (nf *nameFlow, 
 		return nil, true
 	}
 	ok, rule := n.rules.Allow(name, dst.Port())
+	if !ok && proto == netpolicy.ProtoTCP && st.cfg.Ask != nil && askableName(rule) {
+		return &nameFlow{name: name, rule: rule, ask: true}, false
+	}
 	if !ok {
 		if rule == "" {
 			rule = "domain not allowed on this port"
