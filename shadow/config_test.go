@@ -206,6 +206,8 @@ func TestConfigKeysTable(t *testing.T) {
 		"debug":              "debug",
 		"debug-file":         "debug-file = /var/log/cs.log",
 		"audit-log":          "audit-log = /var/log/cs-audit.jsonl",
+		"ask":                "ask",
+		"ask-timeout":        "ask-timeout = 1m",
 	}
 	_, err := ParseConfig("f", strings.NewReader("no-such-key = 1\n"))
 	if err == nil {

@@ -62,6 +62,10 @@ func subcommandHelp(name string) (string, bool) {
 		return psHelp, true
 	case "allow", "revoke":
 		return allowHelp, true
+	case "requests":
+		return requestsHelp, true
+	case "approve", "deny":
+		return approveHelp, true
 	}
 	return "", false
 }
@@ -105,6 +109,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return psMain(args[1:], stdout, stderr)
 	case "allow", "revoke":
 		return allowMain(args[0], args[1:], stdout, stderr)
+	case "requests":
+		return requestsMain(args[1:], stdout, stderr)
+	case "approve", "deny":
+		return approveMain(args[0], args[1:], stdout, stderr)
 	case "completion":
 		return completionMain(args[1:], stdout, stderr)
 	case "man":
@@ -167,7 +175,7 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 	} else if r.opts.Chdir == "" && verb == "run" {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: the current directory cannot be found (%v): starting in /\n", err)
 	}
-	x := runExtras{logBlocked: r.logBlocked, auditLog: r.auditLog, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
+	x := runExtras{ask: r.ask, askTimeout: r.askTimeout, logBlocked: r.logBlocked, auditLog: r.auditLog, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
 	if len(r.sshKeys) > 0 && len(r.sshAgent) == 0 {
 		fmt.Fprintf(stderr, "claude-sandbox %s: --ssh-key needs --ssh-agent\n", verb)
 		return 2
@@ -190,6 +198,8 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 type runExtras struct {
 	logBlocked    string           // --log-blocked FILE
 	auditLog      string           // --audit-log FILE, or the shadow's audit-log key
+	ask           bool             // --ask, or the shadow's ask key
+	askTimeout    time.Duration    // --ask-timeout; 0: the default
 	status        *os.File         // --json-status-fd
 	statusBlocked bool             // --json-status-blocked
 	udpFlows      int              // --udp-flows; 0: the jail's default
@@ -199,6 +209,7 @@ type runExtras struct {
 	osc52         bool             // --osc52 allow, or the shadow's osc52 key
 	sshAgent      *sshagent.Config // --ssh-agent, or the shadow's ssh-agent key
 	workspace     string           // the shadow's workspace, for ps
+	shadow        bool             // launched by the shadow (the notices say "Claude")
 }
 
 // launch builds the plan from opts (with the egress jail's setup when the
@@ -347,7 +358,12 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			defer a.Close()
 			jo.Audit = a
 		}
+		if x.ask {
+			jo.Ask = askOptions(sandboxID, x.askTimeout, stderr, x.askWho())
+		}
 		nopts.Jail = jail.New(setup, jo)
+	} else if x.ask {
+		fmt.Fprintf(stderr, "claude-sandbox: warning: --ask holds what the egress jail refuses; with --net=%s there is no jail and nothing is held\n", opts.Net)
 	}
 	// The control socket (claude-sandbox ps, allow, revoke), before the
 	// start: the started line names its id.
@@ -383,4 +399,12 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		fmt.Fprintln(stderr, "claude-sandbox:", o)
 	}
 	return code
+}
+
+// askWho is who the ask mode's notices say asks.
+func (x runExtras) askWho() string {
+	if x.shadow {
+		return "Claude"
+	}
+	return "the sandbox"
 }
