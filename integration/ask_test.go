@@ -88,10 +88,12 @@ func TestAskMode(t *testing.T) {
 		rec := &recorder{tcp: map[net.Conn][]byte{}}
 		d := &namesLab{names: map[string]string{
 			"allowed.test.": labInternet, "other.test.": labInternet, "third.test.": labInternet,
+			"fourth.test.": labInternet,
 		}}
 		l.serveRecordedNames(l.world, labDNS+":53", d, rec)
 		l.echoTCP(l.world, labInternet+":7000")
 		l.echoTCP(l.world, epics+":5064")
+		l.echoUDP(l.world, labInternet+":7001")
 		l.echoTCP(l.host, "127.0.0.1:8085")
 		bin := testutil.Build(t, "./cmd/claude-sandbox")
 		const timeout = 20 * time.Second
@@ -137,6 +139,20 @@ func TestAskMode(t *testing.T) {
 		}
 		if n := pendingCount(t, bin, uid); n != 0 {
 			t.Errorf("%d requests pending after the approved name's second connection", n)
+		}
+
+		// UDP to a name off the list: held (dropped while pending, the
+		// client sends again), approved for the session.
+		s.send("udp-wait fourth.test:7001")
+		q = waitRequest(t, bin, uid, func(q ask.Request) bool { return q.Name == "fourth.test" })
+		if q.Proto != "udp" || q.Port != 7001 {
+			t.Errorf("request %+v", q)
+		}
+		if out, err := hostAs(uid, bin, "approve", strconv.Itoa(q.ID)).CombinedOutput(); err != nil {
+			t.Fatalf("approve: %v: %s", err, out)
+		}
+		if got := s.recv(); got != "ok" {
+			t.Fatalf("udp to fourth.test:7001 after approve: %s", got)
 		}
 
 		// deny: the held connection is refused, and a later one without

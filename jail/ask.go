@@ -96,7 +96,9 @@ func (j *Jail) approve(d ask.Decision) error {
 			_, err = j.ChangeReach(true, nil, []string{r.Name + ":" + strconv.Itoa(int(r.Port))})
 		}
 	case "host-port":
-		if session {
+		// A UDP port approved once is approved for the session: the
+		// stack cannot route a datagram to a port that is not one.
+		if session || r.Proto == "udp" {
 			_, err = j.ChangeHostPorts(true, []string{strconv.Itoa(int(r.Port)) + "/" + r.Proto})
 		}
 	case "address":
@@ -156,7 +158,7 @@ func (j *Jail) onceRevoke(a netip.Addr, all bool) {
 
 // sinkAsk asks about a TCP SYN the sink would refuse; true: held or
 // passed on (the sink sends nothing).
-func (j *Jail) sinkAsk(s *sink, pkt []byte, src, dst netip.AddrPort) bool {
+func (j *Jail) sinkAsk(s *sink, proto netpolicy.Proto, pkt []byte, src, dst netip.AddrPort) bool {
 	if j.ask == nil {
 		return false
 	}
@@ -164,17 +166,22 @@ func (j *Jail) sinkAsk(s *sink, pkt []byte, src, dst netip.AddrPort) bool {
 		return false // never allowed (loopback): never asked
 	}
 	cp := slices.Clone(pkt)
-	f := ask.Flow{Proto: netpolicy.ProtoTCP, Dst: dst, Src: src}
-	f.Retry = func() {
-		g := f
-		g.Retry = nil
-		j.sinkDecided(s, j.ask.Ask(g), cp, dst.Addr())
+	f := ask.Flow{Proto: proto, Dst: dst, Src: src}
+	if proto == netpolicy.ProtoTCP {
+		f.Retry = func() {
+			g := f
+			g.Retry = nil
+			j.sinkDecided(s, j.ask.Ask(g), cp, dst.Addr())
+		}
 	}
 	switch j.ask.Ask(f) {
 	case ask.Hold:
 		return true
 	case ask.Pass:
-		j.sinkDecided(s, ask.Pass, cp, dst.Addr())
+		if proto == netpolicy.ProtoTCP {
+			j.sinkDecided(s, ask.Pass, cp, dst.Addr())
+		}
+		// A datagram: dropped, the next one takes the new route.
 		return true
 	}
 	return false

@@ -31,7 +31,7 @@ type sink struct {
 	record func(netpolicy.Block)
 	// ask, in the ask mode, takes a TCP SYN first (jail.sinkAsk): true,
 	// held or passed on, nothing to send.
-	ask func(s *sink, pkt []byte, src, dst netip.AddrPort) bool
+	ask func(s *sink, proto netpolicy.Proto, pkt []byte, src, dst netip.AddrPort) bool
 }
 
 func (s *sink) run() {
@@ -125,7 +125,7 @@ func (s *sink) refuseTransport(pkt []byte, src, dst tcpip.Address, proto tcpip.T
 			return nil
 		}
 		if tcp.Flags().Contains(header.TCPFlagSyn) && !tcp.Flags().Contains(header.TCPFlagAck) {
-			if askOK && s.ask != nil && s.ask(s, pkt, netip.AddrPortFrom(addrOf(src), tcp.SourcePort()), netip.AddrPortFrom(addrOf(dst), tcp.DestinationPort())) {
+			if askOK && s.ask != nil && s.ask(s, netpolicy.ProtoTCP, pkt, netip.AddrPortFrom(addrOf(src), tcp.SourcePort()), netip.AddrPortFrom(addrOf(dst), tcp.DestinationPort())) {
 				return nil // held (the ask mode)
 			}
 			s.note(netpolicy.ProtoTCP, netip.AddrPortFrom(addrOf(dst), tcp.DestinationPort()))
@@ -135,7 +135,11 @@ func (s *sink) refuseTransport(pkt []byte, src, dst tcpip.Address, proto tcpip.T
 		if len(payload) < header.UDPMinimumSize {
 			return nil
 		}
-		s.note(netpolicy.ProtoUDP, netip.AddrPortFrom(addrOf(dst), header.UDP(payload).DestinationPort()))
+		u := header.UDP(payload)
+		if askOK && s.ask != nil && s.ask(s, netpolicy.ProtoUDP, pkt, netip.AddrPortFrom(addrOf(src), u.SourcePort()), netip.AddrPortFrom(addrOf(dst), u.DestinationPort())) {
+			return nil // held (the ask mode): the sender sends again
+		}
+		s.note(netpolicy.ProtoUDP, netip.AddrPortFrom(addrOf(dst), u.DestinationPort()))
 		if v6 {
 			return icmp6Unreachable(pkt, src, dst, header.ICMPv6PortUnreachable)
 		}

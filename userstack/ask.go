@@ -98,3 +98,18 @@ func (st *Stack) RedeliverSYN(pkt []byte) {
 	in.data, in.n = nil, 0
 	st.tcpInput(&in)
 }
+
+// askUDP asks about a datagram to a new destination the policy refuses
+// (refused by rule). Held, it is dropped (a UDP client sends again, and
+// meets the decision); refused, it is recorded here and the caller sends
+// ICMP port unreachable. No Retry: nothing is kept of a datagram.
+func (st *Stack) askUDP(src, dst netip.AddrPort, name string, hostPort bool, rule string) ask.Verdict {
+	v := st.cfg.Ask(ask.Flow{
+		Proto: netpolicy.ProtoUDP, Name: name, Dst: dst, HostPort: hostPort,
+		Src: src, Who: whoFor(netpolicy.ProtoUDP, src, dst),
+	})
+	if v == ask.Refuse {
+		st.blockName(netpolicy.ProtoUDP, dst, name, rule+" (ask: denied, expired or too many pending)")
+	}
+	return v
+}

@@ -301,9 +301,12 @@ func (b *Broker) Ask(f Flow) Verdict {
 	}
 	if d, ok := b.flows[srcKey{k, f.Src}]; ok {
 		if now.Before(d.until) {
-			if d.v == Pass {
+			if d.v == Pass && f.Proto == netpolicy.ProtoTCP {
 				// Once: this flow, once (its retransmitted SYNs meet
-				// the flow it made).
+				// the flow it made). A UDP socket keeps its pass
+				// until decidedTTL: its first datagram may be dropped
+				// while its name resolves, and the mapping it makes
+				// admits the rest.
 				delete(b.flows, srcKey{k, f.Src})
 			}
 			b.mu.Unlock()
