@@ -242,3 +242,31 @@ func TestAskMode(t *testing.T) {
 		}
 	})
 }
+
+// The embedding API's ask mode: examples/embed -ask gets an EventRequest
+// for each flow the jail would refuse and decides it with Request.Approve
+// or Request.Deny; the approved internal device is connected, the denied
+// gateway port refused (the program's normal error).
+func TestEmbedAsk(t *testing.T) {
+	bin := testutil.Build(t, "./examples/embed")
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.echoTCP(l.world, labDevice+":5064")
+		l.echoTCP(l.host, "127.0.0.1:8081")
+		dir := testutil.MkdirFor(t, uid)
+		dev, port := labDevice+":5064", labGateway+":8081"
+		r := testutil.Run(t, l.jailCmd(uid, bin, "-dir", dir, "-dial", dev+","+port, "-ask", "-approve", dev))
+		if r.Code != 0 {
+			t.Fatalf("examples/embed -ask: %v", r)
+		}
+		for _, want := range []string{
+			": tcp " + dev + ": approved\n",
+			"inside: " + dev + ": connected\n",
+			": tcp " + port + ": denied\n",
+			"inside: " + port + ": dial tcp " + port + ": connect: connection refused\n",
+		} {
+			if !strings.Contains(r.Stdout, want) {
+				t.Errorf("output lacks %q:\n%v", want, r)
+			}
+		}
+	})
+}

@@ -137,7 +137,7 @@ type Request struct {
 	Sandbox string    `json:"sandbox"`
 	Proto   string    `json:"proto"`
 	Name    string    `json:"name,omitempty"`
-	Addr    string    `json:"addr,omitempty"`
+	Addr    string    `json:"addr,omitempty"` // the gateway, for a host port
 	Port    uint16    `json:"port"`
 	Kind    string    `json:"kind"` // "name", "address", "host-port"
 	Who     *Process  `json:"who,omitempty"`
@@ -345,6 +345,7 @@ func (b *Broker) Ask(f Flow) Verdict {
 	switch {
 	case f.HostPort:
 		e.req.Kind = "host-port"
+		e.req.Addr = k.addr.String() // the gateway
 	case f.Name != "":
 		e.req.Kind = "name"
 	default:
