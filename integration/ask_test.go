@@ -270,3 +270,35 @@ func TestEmbedAsk(t *testing.T) {
 		}
 	})
 }
+
+// claude-sandbox allow --host-port while a sandbox runs: the host's
+// loopback port is reached through the gateway from the next connection
+// on, and refused again after revoke (it was refused in the plumbing
+// before the ask mode, which needs it for a host port's approval).
+func TestControlHostPort(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		bin := testutil.Build(t, "./cmd/claude-sandbox")
+		l.echoTCP(l.host, "127.0.0.1:8086")
+		s := l.startLive(t, uid, "")
+		hp := "tcp " + labGateway + ":8086"
+		if got := s.try(hp); got != "err:ECONNREFUSED" {
+			t.Fatalf("%s before allow: %s, want err:ECONNREFUSED", hp, got)
+		}
+		st := psFind(t, bin, uid, "egressprobe")
+		if out, err := hostAs(uid, bin, "allow", st.ID, "--host-port", "8086").CombinedOutput(); err != nil || !strings.Contains(string(out), "allow host-port 8086/tcp") {
+			t.Fatalf("allow --host-port: %v: %s", err, out)
+		}
+		if got := s.try(hp); got != "ok" {
+			t.Errorf("%s after allow --host-port returned: %s", hp, got)
+		}
+		if st2 := psFind(t, bin, uid, st.ID); len(st2.Allowed) != 1 || st2.Allowed[0] != "host-port 8086/tcp" {
+			t.Errorf("ps after allow: allowed %v", st2.Allowed)
+		}
+		if out, err := hostAs(uid, bin, "revoke", st.ID, "--host-port", "8086").CombinedOutput(); err != nil {
+			t.Fatalf("revoke --host-port: %v: %s", err, out)
+		}
+		if got := s.try(hp); got != "err:ECONNREFUSED" {
+			t.Errorf("%s after revoke: %s, want err:ECONNREFUSED", hp, got)
+		}
+	})
+}
