@@ -30,7 +30,8 @@ type AuditRecord struct {
 	Time    time.Time `json:"time"`
 	Sandbox string    `json:"sandbox,omitempty"`
 	// Event is "flow" (a flow decision), "reach" (allow or revoke while
-	// running) or "policy" (the blocked set changed).
+	// running), "policy" (the blocked set changed) or "request" (a
+	// request of the ask mode answered or expired: Verdict says how).
 	Event   string `json:"event"`
 	Proto   string `json:"proto,omitempty"`
 	Name    string `json:"name,omitempty"`
