@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
 	"net"
@@ -88,7 +89,7 @@ func TestAskMode(t *testing.T) {
 		rec := &recorder{tcp: map[net.Conn][]byte{}}
 		d := &namesLab{names: map[string]string{
 			"allowed.test.": labInternet, "other.test.": labInternet, "third.test.": labInternet,
-			"fourth.test.": labInternet,
+			"fourth.test.": labInternet, "fifth.test.": labInternet,
 		}}
 		l.serveRecordedNames(l.world, labDNS+":53", d, rec)
 		l.echoTCP(l.world, labInternet+":7000")
@@ -153,6 +154,49 @@ func TestAskMode(t *testing.T) {
 		}
 		if got := s.recv(); got != "ok" {
 			t.Fatalf("udp to fourth.test:7001 after approve: %s", got)
+		}
+
+		// watch: shows the request as it comes (the launcher printing
+		// no notice of its own meanwhile) and answers it with one key.
+		watch := hostAs(uid, bin, "watch")
+		win, err := watch.StdinPipe()
+		must(t, err)
+		wout, err := watch.StdoutPipe()
+		must(t, err)
+		must(t, watch.Start())
+		t.Cleanup(func() { _ = watch.Process.Kill(); _ = watch.Wait() })
+		wr := bufio.NewReader(wout)
+		waitLine := func(sub string) string {
+			t.Helper()
+			for {
+				line, err := wr.ReadString('\n')
+				if err != nil {
+					t.Fatalf("watch ended before %q: %v", sub, err)
+				}
+				if strings.Contains(line, sub) {
+					return line
+				}
+			}
+		}
+		waitLine("watching 1 sandboxes")
+		s.send("tcp-wait fifth.test:7000")
+		waitLine("tcp fifth.test:7000")
+		waitLine("[a]pprove")
+		if _, err := io.WriteString(win, "a\n"); err != nil {
+			t.Fatal(err)
+		}
+		waitLine("approved (session)")
+		if got := s.recv(); got != "ok" {
+			t.Fatalf("the connection to fifth.test:7000 approved in watch: %s", got)
+		}
+		if strings.Contains(s.stderr.String(), "fifth.test") {
+			t.Errorf("the launcher printed a notice while watch ran: %s", s.stderr.String())
+		}
+		if _, err := io.WriteString(win, "q\n"); err != nil {
+			t.Fatal(err)
+		}
+		if err := watch.Wait(); err != nil {
+			t.Errorf("watch after q: %v", err)
 		}
 
 		// deny: the held connection is refused, and a later one without

@@ -54,12 +54,17 @@ func parseAskTimeout(s string) (time.Duration, error) { return shadow.ParseAskTi
 
 // askOptions turns the jail's ask mode on for sandbox id: each request
 // prints one line on the terminal (stderr) naming how to answer it.
-func askOptions(id string, timeout time.Duration, stderr io.Writer, who string) *jail.AskOptions {
+// watched reports whether a claude-sandbox watch shows the requests now
+// (then no notice is printed).
+func askOptions(id string, timeout time.Duration, stderr io.Writer, who string, watched func() bool) *jail.AskOptions {
 	var mu sync.Mutex
 	raw := isTerminal(stderr)
 	return &jail.AskOptions{
 		Sandbox: id, Timeout: timeout,
 		OnRequest: func(r ask.Request) {
+			if watched != nil && watched() {
+				return
+			}
 			line := askNotice(who, r)
 			if raw {
 				// The program may hold the terminal in raw mode.

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	_ "github.com/claude-sandbox/claude-sandbox/cmd/claude-sandbox/internal/oneproc" // GOMAXPROCS=1 before the other initialisers
@@ -66,6 +67,8 @@ func subcommandHelp(name string) (string, bool) {
 		return requestsHelp, true
 	case "approve", "deny":
 		return approveHelp, true
+	case "watch":
+		return watchHelp, true
 	}
 	return "", false
 }
@@ -113,6 +116,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return requestsMain(args[1:], stdout, stderr)
 	case "approve", "deny":
 		return approveMain(args[0], args[1:], stdout, stderr)
+	case "watch":
+		return watchMain(args[1:], stdout, stderr)
 	case "completion":
 		return completionMain(args[1:], stdout, stderr)
 	case "man":
@@ -322,6 +327,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		nopts.Logger = logger
 	}
 	sandboxID := control.NewID()
+	var lastWatch atomic.Int64 // a claude-sandbox watch's last poll (the ask mode)
 	if x.auditLog != "" && setup == nil {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: --audit-log records the egress jail's decisions; with --net=%s there is no jail and nothing is recorded\n", opts.Net)
 	}
@@ -359,7 +365,9 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			jo.Audit = a
 		}
 		if x.ask {
-			jo.Ask = askOptions(sandboxID, x.askTimeout, stderr, x.askWho())
+			jo.Ask = askOptions(sandboxID, x.askTimeout, stderr, x.askWho(), func() bool {
+				return time.Since(time.Unix(0, lastWatch.Load())) < watchQuiet
+			})
 		}
 		nopts.Jail = jail.New(setup, jo)
 	} else if x.ask {
@@ -367,7 +375,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	// The control socket (claude-sandbox ps, allow, revoke), before the
 	// start: the started line names its id.
-	cs := &control.Launcher{ID: sandboxID, Command: opts.Command, Cwd: p.Dir, Workspace: x.workspace, Net: string(opts.Net), Started: time.Now()}
+	cs := &control.Launcher{ID: sandboxID, Command: opts.Command, Cwd: p.Dir, Workspace: x.workspace, Net: string(opts.Net), Started: time.Now(), WatchedAt: &lastWatch}
 	if j, ok := nopts.Jail.(*jail.Jail); ok {
 		cs.Jail = j
 	}

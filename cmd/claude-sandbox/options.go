@@ -313,6 +313,7 @@ var commands = []command{
 	{name: "approve", usage: "approve REQ [--once|--session|--always]", summary: "let a held connection go",
 		options: func() []option { f, _, _, _ := newApproveFlags("approve"); return flagOptions(f) }},
 	{name: "deny", usage: "deny REQ", summary: "refuse a held connection"},
+	{name: "watch", usage: "watch [ID]", summary: "show requests as they come, answer each with one key"},
 	{name: "version", usage: "version [--json]", summary: "print the version (also --version, -V)",
 		options: func() []option { f, _ := newVersionFlags(); return flagOptions(f) }},
 	{name: "completion", usage: "completion bash|zsh|fish", summary: "print the shell completion script", args: "shells"},

@@ -75,6 +75,9 @@ type Request struct {
 	// approval reaches ("once", "session", "always").
 	Req   int    `json:"req,omitempty"`
 	Scope string `json:"scope,omitempty"`
+	// Watch: the requests are asked for by claude-sandbox watch, which
+	// shows them (the launcher then prints no notice of its own).
+	Watch bool `json:"watch,omitempty"`
 }
 
 // Status describes a running sandbox (claude-sandbox ps).

@@ -3,6 +3,7 @@ package control
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/ask"
@@ -19,6 +20,9 @@ type Launcher struct {
 	Net       string // "" is "jail"
 	Started   time.Time
 	Jail      *jail.Jail
+	// WatchedAt, when set, is the time (UnixNano) a claude-sandbox watch
+	// last asked for the requests.
+	WatchedAt *atomic.Int64
 }
 
 // Handle answers one request.
@@ -68,7 +72,10 @@ func (l *Launcher) Handle(req Request) Response {
 		}
 		switch req.Op {
 		case OpRequests:
-			return Response{OK: true, Requests: b.List()}
+			if req.Watch && l.WatchedAt != nil {
+				l.WatchedAt.Store(time.Now().UnixNano())
+			}
+			return Response{OK: true, Requests: b.List(), Status: &Status{ID: l.ID, Blocked: l.Jail.Blocked(), Ask: true, Pending: b.Pending()}}
 		case OpDeny:
 			r, err := b.Deny(req.Req)
 			if err != nil {
