@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/ask"
+	"github.com/claude-sandbox/claude-sandbox/internal/control"
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 )
 
@@ -99,10 +100,6 @@ func TestAskMode(t *testing.T) {
 		bin := testutil.Build(t, "./cmd/claude-sandbox")
 		const timeout = 20 * time.Second
 		s := l.startLive(t, uid, "", "--allow-domain", "allowed.test", "--ask", "--ask-timeout", timeout.String())
-		st := psFind(t, bin, uid, "egressprobe")
-		if !st.Ask {
-			t.Errorf("ps: %+v, want ask", st)
-		}
 		if got := s.try("tcp-wait allowed.test:7000"); got != "ok" {
 			t.Fatalf("control: allowed.test:7000: %s", got)
 		}
@@ -120,15 +117,19 @@ func TestAskMode(t *testing.T) {
 		// A name off the list: held, approved for the session.
 		s.send("tcp-wait other.test:7000")
 		q := waitRequest(t, bin, uid, func(q ask.Request) bool { return q.Name == "other.test" })
+		// Other tests' sandboxes may run meanwhile: this one is the
+		// request's.
+		st := psFind(t, bin, uid, q.Sandbox)
+		if !st.Ask || st.Pending != 1 {
+			t.Errorf("ps: %+v, want ask and one pending", st)
+		}
 		if q.Sandbox != st.ID || q.Proto != "tcp" || q.Port != 7000 || q.Kind != "name" || q.Held < 1 {
 			t.Errorf("request %+v", q)
 		}
 		if asked("other") {
 			t.Errorf("the lab's resolver was asked for other.test before any approval")
 		}
-		if !strings.Contains(s.stderr.String(), "asks to reach other.test:7000: claude-sandbox approve "+strconv.Itoa(q.ID)) {
-			t.Errorf("no notice on the terminal: %s", s.stderr.String())
-		}
+		notice := "asks to reach other.test:7000: claude-sandbox approve " + strconv.Itoa(q.ID)
 		if out, err := hostAs(uid, bin, "approve", strconv.Itoa(q.ID), "--session").CombinedOutput(); err != nil {
 			t.Fatalf("approve: %v: %s", err, out)
 		}
@@ -178,7 +179,7 @@ func TestAskMode(t *testing.T) {
 				}
 			}
 		}
-		waitLine("watching 1 sandboxes")
+		waitLine("watching ")
 		s.send("tcp-wait fifth.test:7000")
 		waitLine("tcp fifth.test:7000")
 		waitLine("[a]pprove")
@@ -188,9 +189,6 @@ func TestAskMode(t *testing.T) {
 		waitLine("approved (session)")
 		if got := s.recv(); got != "ok" {
 			t.Fatalf("the connection to fifth.test:7000 approved in watch: %s", got)
-		}
-		if strings.Contains(s.stderr.String(), "fifth.test") {
-			t.Errorf("the launcher printed a notice while watch ran: %s", s.stderr.String())
 		}
 		if _, err := io.WriteString(win, "q\n"); err != nil {
 			t.Fatal(err)
@@ -212,7 +210,7 @@ func TestAskMode(t *testing.T) {
 				t.Errorf("approve inside a sandbox %v succeeded: %q %q", opts, r.Stdout, r.Stderr)
 			}
 		}
-		if out, err := hostAs(uid, bin, "deny", strconv.Itoa(q.ID)).CombinedOutput(); err != nil {
+		if out, err := hostAs(uid, bin, "deny", st.ID+"/"+strconv.Itoa(q.ID)).CombinedOutput(); err != nil {
 			t.Fatalf("deny (after the tries from inside): %v: %s", err, out)
 		}
 		if got := s.recv(); got != "err:ECONNREFUSED" {
@@ -274,9 +272,17 @@ func TestAskMode(t *testing.T) {
 			t.Errorf("the host port's second connection after deny: %s, want err:ECONNREFUSED", got)
 		}
 
-		// The exit summary names what was approved for the session.
+		// The exit summary names what was approved for the session; the
+		// terminal had a notice for each request but the one watch
+		// showed.
 		s.in.Close()
 		_ = s.cmd.Wait()
+		if !strings.Contains(s.stderr.String(), notice) {
+			t.Errorf("no notice %q on the terminal: %s", notice, s.stderr.String())
+		}
+		if strings.Contains(s.stderr.String(), "fifth.test") {
+			t.Errorf("the launcher printed a notice while watch ran: %s", s.stderr.String())
+		}
 		log, _ := os.ReadFile(s.log)
 		sum := s.stderr.String() + string(log)
 		for _, want := range []string{"allow domain other.test:7000", "allow ip " + epics + "/32"} {
@@ -323,12 +329,29 @@ func TestControlHostPort(t *testing.T) {
 	jailUsers(t, func(t *testing.T, l *lab, uid int) {
 		bin := testutil.Build(t, "./cmd/claude-sandbox")
 		l.echoTCP(l.host, "127.0.0.1:8086")
-		s := l.startLive(t, uid, "")
+		// A working directory of its own: other tests' sandboxes may run
+		// the same probe meanwhile.
+		cwd := "/tmp/hostport-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(uid)
+		s := l.startLive(t, uid, "", "--tmpfs", cwd, "--chdir", cwd)
 		hp := "tcp " + labGateway + ":8086"
 		if got := s.try(hp); got != "err:ECONNREFUSED" {
 			t.Fatalf("%s before allow: %s, want err:ECONNREFUSED", hp, got)
 		}
-		st := psFind(t, bin, uid, "egressprobe")
+		var st control.Status
+		for deadline := time.Now().Add(10 * time.Second); st.ID == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			out, err := hostAs(uid, bin, "ps", "--json").Output()
+			must(t, err)
+			var list []control.Status
+			must(t, json.Unmarshal(out, &list))
+			for _, x := range list {
+				if x.Cwd == cwd {
+					st = x
+				}
+			}
+		}
+		if st.ID == "" {
+			t.Fatalf("ps never listed the sandbox in %s", cwd)
+		}
 		if out, err := hostAs(uid, bin, "allow", st.ID, "--host-port", "8086").CombinedOutput(); err != nil || !strings.Contains(string(out), "allow host-port 8086/tcp") {
 			t.Fatalf("allow --host-port: %v: %s", err, out)
 		}

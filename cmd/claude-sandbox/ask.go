@@ -57,14 +57,26 @@ func parseAskTimeout(s string) (time.Duration, error) { return shadow.ParseAskTi
 // watched reports whether a claude-sandbox watch shows the requests now
 // (then no notice is printed).
 func askOptions(id string, timeout time.Duration, stderr io.Writer, who string, watched func() bool) *jail.AskOptions {
-	var mu sync.Mutex
 	raw := isTerminal(stderr)
+	// OnRequest runs on the jail's packet path: the lines go to the
+	// terminal from a goroutine of their own, and are dropped while it
+	// is behind (a terminal stopped with Ctrl-S must not stall the
+	// sandbox's network).
+	lines := make(chan string, 16)
+	var once sync.Once
 	return &jail.AskOptions{
 		Sandbox: id, Timeout: timeout,
 		OnRequest: func(r ask.Request) {
 			if watched != nil && watched() {
 				return
 			}
+			once.Do(func() {
+				go func() {
+					for l := range lines {
+						_, _ = io.WriteString(stderr, l)
+					}
+				}()
+			})
 			line := askNotice(who, r)
 			if raw {
 				// The program may hold the terminal in raw mode.
@@ -72,9 +84,10 @@ func askOptions(id string, timeout time.Duration, stderr io.Writer, who string, 
 			} else {
 				line += "\n"
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			_, _ = io.WriteString(stderr, line)
+			select {
+			case lines <- line:
+			default:
+			}
 		},
 	}
 }

@@ -191,8 +191,9 @@ type Config struct {
 	// cannot pass by itself). An error leaves the request pending.
 	Approve func(Decision) error
 	// OnRequest is told of each new request (the terminal's notice, the
-	// embedder's event); OnDecision of each decision. Both are called
-	// without the broker's lock, and must not block long.
+	// embedder's event): called from Ask, on the refuser's packet path,
+	// without the broker's lock; it must not block. OnDecision is told
+	// of each decision, from Approve, Deny or the timer.
 	OnRequest  func(Request)
 	OnDecision func(Decision)
 	// AfterFunc runs f after d (time.AfterFunc; tests give their own).
