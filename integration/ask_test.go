@@ -130,12 +130,16 @@ func TestAskMode(t *testing.T) {
 			t.Errorf("the lab's resolver was asked for other.test before any approval")
 		}
 		notice := "asks to reach other.test:7000: claude-sandbox approve " + strconv.Itoa(q.ID)
+		called := time.Now()
 		if out, err := hostAs(uid, bin, "approve", strconv.Itoa(q.ID), "--session").CombinedOutput(); err != nil {
 			t.Fatalf("approve: %v: %s", err, out)
 		}
+		returned := time.Now()
 		if got := s.recv(); got != "ok" {
 			t.Fatalf("the held connection to other.test:7000 after approve --session: %s", got)
 		}
+		// Measured, not asserted.
+		t.Logf("uid %d: approve took %v; the held connection completed (echo included) %v after it returned", uid, returned.Sub(called), time.Since(returned))
 		if got := s.try("tcp-wait other.test:7000"); got != "ok" {
 			t.Errorf("a second connection to other.test:7000: %s", got)
 		}
