@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,7 +100,8 @@ func TestAskMode(t *testing.T) {
 		l.echoTCP(l.host, "127.0.0.1:8085")
 		bin := testutil.Build(t, "./cmd/claude-sandbox")
 		const timeout = 20 * time.Second
-		s := l.startLive(t, uid, "", "--allow-domain", "allowed.test", "--ask", "--ask-timeout", timeout.String())
+		audit := filepath.Join(testutil.MkdirFor(t, uid), "audit.jsonl")
+		s := l.startLive(t, uid, "", "--allow-domain", "allowed.test", "--ask", "--ask-timeout", timeout.String(), "--audit-log", audit)
 		if got := s.try("tcp-wait allowed.test:7000"); got != "ok" {
 			t.Fatalf("control: allowed.test:7000: %s", got)
 		}
@@ -286,6 +288,18 @@ func TestAskMode(t *testing.T) {
 		}
 		if strings.Contains(s.stderr.String(), "fifth.test") {
 			t.Errorf("the launcher printed a notice while watch ran: %s", s.stderr.String())
+		}
+		// The audit log has each answer, and the timeout.
+		ab, _ := os.ReadFile(audit)
+		for _, want := range []string{
+			`"event":"request","proto":"tcp","name":"other.test","port":7000,"verdict":"approved session"`,
+			`"event":"request","proto":"tcp","name":"third.test","port":7000,"verdict":"denied"`,
+			`"event":"request","proto":"tcp","addr":"` + epics + `","port":5064,"verdict":"expired"`,
+			`"verdict":"approved once"`,
+		} {
+			if !strings.Contains(string(ab), want) {
+				t.Errorf("the audit log lacks %s:\n%s", want, ab)
+			}
 		}
 		log, _ := os.ReadFile(s.log)
 		sum := s.stderr.String() + string(log)
