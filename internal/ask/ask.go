@@ -417,6 +417,9 @@ func (b *Broker) Approve(id int, scope Scope) (Request, error) {
 		}
 	}
 	if !b.finish(id, Pass, false) {
+		if scope != Once {
+			return req, ErrExpiredInForce
+		}
 		return req, ErrNoRequest
 	}
 	if b.cfg.OnDecision != nil {
@@ -424,6 +427,11 @@ func (b *Broker) Approve(id int, scope Scope) (Request, error) {
 	}
 	return req, nil
 }
+
+// ErrExpiredInForce: the request expired (or was denied) while its
+// approval was put in force: the connections held for it were refused,
+// the destination is reachable from the next one.
+var ErrExpiredInForce = errors.New("the request expired while it was approved: its held connections were refused, the next one passes")
 
 // Deny refuses request id: its held flows are refused, and the
 // destination is refused without asking again for the sandbox's life

@@ -267,3 +267,22 @@ func TestHostPortRequest(t *testing.T) {
 		t.Fatalf("request %+v %q", q, q.What())
 	}
 }
+
+// A request that expires while its approval is put in force: the held
+// flows are refused, and the caller is told the approval holds.
+func TestExpireDuringApprove(t *testing.T) {
+	r := newRig(t, 0)
+	r.b.Ask(r.flow("pypi.org", pypi, 40000))
+	<-r.reqs
+	r.b.cfg.Approve = func(Decision) error {
+		r.timers.fire() // the timeout, while the jail changes its reach
+		return nil
+	}
+	if _, err := r.b.Approve(1, Session); !errors.Is(err, ErrExpiredInForce) {
+		t.Fatalf("approve: %v, want ErrExpiredInForce", err)
+	}
+	r.waitRetry(t, src(40000))
+	if v := r.b.Ask(r.flow("pypi.org", pypi, 40000)); v != Refuse {
+		t.Fatalf("the held flow: %v, want refuse", v)
+	}
+}
