@@ -4,6 +4,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"net/netip"
 	"slices"
+	"sync"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
@@ -12,8 +13,9 @@ import (
 // The ask mode (Config.Ask, package internal/ask): a new TCP flow the
 // policy refuses is held while a person decides. Held means dropped
 // unanswered: the stack keeps no flow for it, only the broker's request
-// and, per held flow, a copy of its SYN's TCP header (at most
-// 32 per request and 64 requests: a few hundred kilobytes at worst), which
+// and, per held flow, a copy of its SYN's TCP header (at most 32 per
+// request and 64 requests, each charged heldCost and its length to the
+// relay's memory budget until it is used or dropped), which
 // the decision re-delivers at once (Retry), so the sandbox meets it
 // without waiting for its next retransmission. Approved once, the flow is
 // let through as an allowed one is; approved for the session, the jail
@@ -36,11 +38,12 @@ func askableName(rule string) bool { return rule == netpolicy.DomainNotAllowed }
 // whether it may go on (approved once). Otherwise the flow was held
 // (nothing sent) or refused (recorded with rule, and reset).
 func (st *Stack) askTCP(in *tcpIn, name string, hostPort bool, rule string) bool {
-	v := st.cfg.Ask(ask.Flow{
+	f := ask.Flow{
 		Proto: netpolicy.ProtoTCP, Name: name, Dst: in.key.dst, HostPort: hostPort,
 		Src: in.key.src, Who: whoFor(netpolicy.ProtoTCP, in.key.src, in.key.dst),
-		Retry: st.redeliver(in),
-	})
+	}
+	f.Retry, f.Drop = st.redeliver(in)
+	v := st.cfg.Ask(f)
 	switch v {
 	case ask.Pass:
 		return true
@@ -52,17 +55,33 @@ func (st *Stack) askTCP(in *tcpIn, name string, hostPort bool, rule string) bool
 	return false
 }
 
+// heldCost is what a held SYN's copy is charged to the relay's memory
+// budget: its header and the bookkeeping around it.
+const heldCost = 256
+
 // redeliver returns a function that hands a copy of in's SYN to the stack
 // again, as if the sandbox had retransmitted it (its payload, if any, is
-// not kept: the sandbox sends it again once the handshake is done).
-func (st *Stack) redeliver(in *tcpIn) func() {
+// not kept: the sandbox sends it again once the handshake is done), and
+// the function that frees the copy when it will never be called. The
+// copy counts in the relay's memory budget; with none left, nothing is
+// kept (nil, nil), and the sandbox's own retransmission meets the
+// decision.
+func (st *Stack) redeliver(in *tcpIn) (retry, drop func()) {
+	cost := heldCost + len(in.h)
+	if st.memTakeLeast(cost, cost) == 0 {
+		return nil, nil
+	}
 	cp := &tcpIn{v6: in.v6, remoteAddr: in.remoteAddr, sandboxAddr: in.sandboxAddr, key: in.key, h: slices.Clone(in.h)}
-	return func() {
+	var once sync.Once
+	drop = func() { once.Do(func() { st.memGive(cost) }) }
+	retry = func() {
+		drop()
 		st.goFlow(func() {
 			defer st.wg.Done()
 			st.tcpInput(cp)
 		})
 	}
+	return retry, drop
 }
 
 // whoFor is the seam for the process behind a flow (the sock_diag lookup

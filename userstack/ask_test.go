@@ -104,3 +104,27 @@ func TestAskHoldsNameFlow(t *testing.T) {
 		}
 	}
 }
+
+// A held SYN's copy counts in the relay's memory budget while it is held
+// (once per flow: a retransmission joining the request keeps none), and
+// is given back at the decision.
+func TestAskHeldMemoryCharged(t *testing.T) {
+	h, b := askHarness(t)
+	syn := answerAddrs(t, h.query(t, "mem.test.", dnsmessage.TypeA), "mem.test.")[0]
+	src := netip.AddrPortFrom(jail4, 47000)
+	seg := tcpSeg{src: src, dst: netip.AddrPortFrom(syn, 443), flags: header.TCPFlagSyn, seq: 1000}
+	h.send(seg.bytes())
+	q := waitPending(t, b, "mem.test")
+	h.send(seg.bytes()) // retransmitted (delivered synchronously, as the first)
+	now, _ := h.st.RelayMemory()
+	if now != heldCost+header.TCPMinimumSize {
+		t.Fatalf("relay memory while held: %d, want %d (one copy)", now, heldCost+header.TCPMinimumSize)
+	}
+	if _, err := b.Deny(q.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.waitRST(t)
+	if now, _ := h.st.RelayMemory(); now != 0 {
+		t.Fatalf("relay memory after the decision: %d, want 0", now)
+	}
+}

@@ -129,6 +129,10 @@ type Flow struct {
 	// Retry re-delivers the held packet (nil: nothing to re-deliver).
 	// Called on a goroutine of its own, once, after the decision.
 	Retry func()
+	// Drop, when set, is called instead when Retry never will be (the
+	// flow joined a request it is held for already, or none keeps it):
+	// the refuser frees what Retry held.
+	Drop func()
 }
 
 // Request is a pending request, as requests lists it.
@@ -293,6 +297,12 @@ func keyOf(f Flow) destKey {
 
 // Ask decides a flow the policy refused. It never blocks.
 func (b *Broker) Ask(f Flow) Verdict {
+	kept := false
+	defer func() {
+		if !kept && f.Drop != nil {
+			f.Drop()
+		}
+	}()
 	k := keyOf(f)
 	now := b.cfg.Now()
 	b.mu.Lock()
@@ -323,6 +333,7 @@ func (b *Broker) Ask(f Flow) Verdict {
 		if _, ok := e.held[f.Src]; !ok {
 			if len(e.held) < maxHeldPerRequest {
 				e.held[f.Src] = f.Retry
+				kept = true
 			} else {
 				e.extra++
 			}
@@ -339,6 +350,7 @@ func (b *Broker) Ask(f Flow) Verdict {
 	b.next++
 	b.asked++
 	e := &entry{key: k, held: map[netip.AddrPort]func(){f.Src: f.Retry}}
+	kept = true
 	e.req = Request{
 		ID: b.next, Sandbox: b.cfg.Sandbox, Proto: f.Proto.String(), Name: f.Name,
 		Port: f.Dst.Port(), Who: f.Who, Since: now, Expires: now.Add(b.cfg.Timeout), Held: 1,
