@@ -30,9 +30,11 @@ type AuditRecord struct {
 	Time    time.Time `json:"time"`
 	Sandbox string    `json:"sandbox,omitempty"`
 	// Event is "flow" (a flow decision), "reach" (allow or revoke while
-	// running), "policy" (the blocked set changed), or "ssh-sign" /
-	// "ssh-refuse" (the --ssh-agent agent signed, or refused, for Host
-	// with the key whose fingerprint is Key; Reason says why not).
+	// running), "policy" (the blocked set changed), "request" (a
+	// request of the ask mode answered or expired: Verdict says how), or
+	// "ssh-sign" / "ssh-refuse" (the --ssh-agent agent signed, or
+	// refused, for Host with the key whose fingerprint is Key; Reason
+	// says why not).
 	Event   string `json:"event"`
 	Proto   string `json:"proto,omitempty"`
 	Name    string `json:"name,omitempty"`

@@ -14,6 +14,11 @@
 // swapped into the userstack and applied to the kernel layer through those
 // sockets, and a failure to follow fails closed.
 //
+// In the ask mode (Options.Ask, ask.go) a flow the policy refuses is held
+// by whichever layer refuses it (the userstack, or the sink for what the
+// kernel routes there) while a request for it is pending, and an
+// approval is put in force as claude-sandbox allow puts a change.
+//
 // What it does not do: create namespaces or devices (package nsexec), or
 // enforce anything itself: the routes and the stack do, each on its own.
 package jail

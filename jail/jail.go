@@ -3,6 +3,7 @@ package jail
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -64,6 +65,9 @@ type Options struct {
 	// Audit, when set, receives every flow decision and reach or policy
 	// change (audit.go). The caller closes it after Close.
 	Audit *Audit
+	// Ask, when set, turns the ask mode on (ask.go): a flow the policy
+	// refuses is held while a request for it is pending.
+	Ask *AskOptions
 	// Logger, when set, receives the jail's and the relay's diagnostics
 	// at debug level (--debug): blocks as they are recorded, live policy
 	// changes, and what the relay reports about its flows.
@@ -118,6 +122,10 @@ type Jail struct {
 	// Reach changed while running (reach_live.go).
 	names *liveNames // nil: no domain allowlist, or not yet attached
 	reach reachState // under upd
+
+	// The ask mode (ask.go): nil when off.
+	ask   *ask.Broker
+	once1 onceState
 }
 
 // New returns a Jail for setup; nothing runs until Attach.
@@ -133,6 +141,9 @@ func New(setup *Setup, opts Options) *Jail {
 	j.n64 = &nat64Finder{lookup: lookupNAT64, found: j.useNAT64, timeout: nat64Timeout}
 	if opts.Log != nil {
 		j.log = netpolicy.NewJSONLWriter(opts.Log)
+	}
+	if opts.Ask != nil {
+		j.ask = j.newAsk(opts.Ask)
 	}
 	return j
 }
@@ -199,6 +210,7 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		VirtualDNS: []netipAddr{j.setup.Gateway},
 		Upstreams:  j.setup.Upstreams,
 		HostPorts:  j.opts.HostPorts,
+		Ask:        j.stackAsk(),
 		Inbound:    len(j.opts.Publish) > 0,
 		OnBlock:    j.record,
 		OnFlow:     j.auditFlow(),
@@ -261,7 +273,11 @@ func (j *Jail) ipv6Ready() func() <-chan struct{} {
 // blocked range costs a bounded number of records, the rest counted in
 // st.BlocksDropped for the summary), and reach record from there.
 func (j *Jail) newSink(dev *os.File, st *userstack.Stack) *sink {
-	return &sink{dev: dev, pol: j.setup.Policy, record: st.RecordBlock}
+	s := &sink{dev: dev, pol: j.setup.Policy, record: st.RecordBlock}
+	if j.ask != nil {
+		s.ask = j.sinkAsk
+	}
+	return s
 }
 
 // maxViaDefaultNamed bounds the routes the summary's hint names.
@@ -332,6 +348,11 @@ func (j *Jail) Blocked() int {
 func (j *Jail) Close() {
 	j.once.Do(func() {
 		j.closed.Store(true)
+		if j.ask != nil {
+			// Every pending request is refused: the held flows get
+			// their RST while the stack and the sink still answer.
+			j.ask.Close()
+		}
 		j.n64.close()
 		for _, p := range j.opts.Publish {
 			p.Close()

@@ -39,7 +39,9 @@ type reachState struct {
 	revoked  []netip.Prefix // launch-time entries revoked
 	names    []netpolicy.DomainRule
 	nrevoked []netpolicy.DomainRule // launch-time name rules revoked
-	log      []string               // for the exit summary
+	// host loopback ports allowed while running, launch-time ones revoked
+	hostPorts, hrevoked []netpolicy.HostPort
+	log                 []string // for the exit summary
 }
 
 // nameConfig returns the userstack's name configuration: the setup's,
@@ -78,6 +80,12 @@ func (j *Jail) ReachEntries() (allowed, revoked []string) {
 	}
 	for _, r := range j.reach.names {
 		allowed = append(allowed, r.String())
+	}
+	for _, h := range j.reach.hostPorts {
+		allowed = append(allowed, "host-port "+h.String())
+	}
+	for _, h := range j.reach.hrevoked {
+		revoked = append(revoked, "host-port "+h.String())
 	}
 	for _, p := range j.reach.revoked {
 		revoked = append(revoked, p.String())

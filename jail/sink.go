@@ -29,6 +29,9 @@ type sink struct {
 	dev    *os.File
 	pol    *netpolicy.Policy
 	record func(netpolicy.Block)
+	// ask, in the ask mode, takes a TCP SYN first (jail.sinkAsk): true,
+	// held or passed on, nothing to send.
+	ask func(s *sink, proto netpolicy.Proto, pkt []byte, src, dst netip.AddrPort) bool
 }
 
 func (s *sink) run() {
@@ -74,21 +77,27 @@ func addrOf(a tcpip.Address) netip.Addr {
 // refuse records the packet's flow and returns the refusal to send back,
 // or nil (for what needs no answer: a RST, a non-echo ICMP message, a
 // packet that does not parse).
-func (s *sink) refuse(p []byte) []byte {
+func (s *sink) refuse(p []byte) []byte { return s.refuseAsk(p, true) }
+
+// refusePlain is refuse without asking (a held SYN whose request was
+// denied or expired).
+func (s *sink) refusePlain(p []byte) []byte { return s.refuseAsk(p, false) }
+
+func (s *sink) refuseAsk(p []byte, askOK bool) []byte {
 	switch header.IPVersion(p) {
 	case header.IPv4Version:
 		ip := header.IPv4(p)
 		if !ip.IsValid(len(p)) || ip.FragmentOffset() != 0 {
 			return nil
 		}
-		return s.refuseTransport(p, ip.SourceAddress(), ip.DestinationAddress(), ip.TransportProtocol(), ip.Payload())
+		return s.refuseTransport(p, ip.SourceAddress(), ip.DestinationAddress(), ip.TransportProtocol(), ip.Payload(), askOK)
 	case header.IPv6Version:
 		ip := header.IPv6(p)
 		if !ip.IsValid(len(p)) {
 			return nil
 		}
 		// Extension headers are not parsed: such a packet is only dropped.
-		return s.refuseTransport(p, ip.SourceAddress(), ip.DestinationAddress(), tcpip.TransportProtocolNumber(ip.NextHeader()), ip.Payload())
+		return s.refuseTransport(p, ip.SourceAddress(), ip.DestinationAddress(), tcpip.TransportProtocolNumber(ip.NextHeader()), ip.Payload(), askOK)
 	}
 	return nil
 }
@@ -101,7 +110,7 @@ func (s *sink) note(proto netpolicy.Proto, dst netip.AddrPort) {
 	s.record(netpolicy.Block{Proto: proto, Dst: dst, Rule: rule})
 }
 
-func (s *sink) refuseTransport(pkt []byte, src, dst tcpip.Address, proto tcpip.TransportProtocolNumber, payload []byte) []byte {
+func (s *sink) refuseTransport(pkt []byte, src, dst tcpip.Address, proto tcpip.TransportProtocolNumber, payload []byte, askOK bool) []byte {
 	v6 := dst.Len() == 16
 	switch proto {
 	case header.TCPProtocolNumber:
@@ -116,6 +125,9 @@ func (s *sink) refuseTransport(pkt []byte, src, dst tcpip.Address, proto tcpip.T
 			return nil
 		}
 		if tcp.Flags().Contains(header.TCPFlagSyn) && !tcp.Flags().Contains(header.TCPFlagAck) {
+			if askOK && s.ask != nil && s.ask(s, netpolicy.ProtoTCP, pkt, netip.AddrPortFrom(addrOf(src), tcp.SourcePort()), netip.AddrPortFrom(addrOf(dst), tcp.DestinationPort())) {
+				return nil // held (the ask mode)
+			}
 			s.note(netpolicy.ProtoTCP, netip.AddrPortFrom(addrOf(dst), tcp.DestinationPort()))
 		}
 		return tcpReset(src, dst, tcp, v6)
@@ -123,7 +135,11 @@ func (s *sink) refuseTransport(pkt []byte, src, dst tcpip.Address, proto tcpip.T
 		if len(payload) < header.UDPMinimumSize {
 			return nil
 		}
-		s.note(netpolicy.ProtoUDP, netip.AddrPortFrom(addrOf(dst), header.UDP(payload).DestinationPort()))
+		u := header.UDP(payload)
+		if askOK && s.ask != nil && s.ask(s, netpolicy.ProtoUDP, pkt, netip.AddrPortFrom(addrOf(src), u.SourcePort()), netip.AddrPortFrom(addrOf(dst), u.DestinationPort())) {
+			return nil // held (the ask mode): the sender sends again
+		}
+		s.note(netpolicy.ProtoUDP, netip.AddrPortFrom(addrOf(dst), u.DestinationPort()))
 		if v6 {
 			return icmp6Unreachable(pkt, src, dst, header.ICMPv6PortUnreachable)
 		}

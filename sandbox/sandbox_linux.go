@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"io"
 	"net/netip"
 	"os"
@@ -138,6 +139,15 @@ type Spec struct {
 	// and reach change to, one JSON line each, as run's --audit-log
 	// (created 0600; 16 MiB, then renamed AuditLog.1). NetJail only.
 	AuditLog string
+	// Ask turns the ask mode on (run's --ask; NetJail only): a flow the
+	// jail would refuse (a name off AllowDomains, an internal address, a
+	// host port) is held while a request for it is pending, reported as
+	// an EventRequest whose Request.Approve or Request.Deny decides it
+	// (claude-sandbox approve and deny can too, through the control
+	// socket). A request no one answers is refused after AskTimeout
+	// (0: 30 s).
+	Ask        bool
+	AskTimeout time.Duration
 	// NoControl turns off the control socket every sandbox serves while
 	// it runs (claude-sandbox ps, allow and revoke; [Sandbox.ID]).
 	NoControl bool
@@ -354,6 +364,9 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		}
 		s.addrs = Addresses{Addr4: setup.Addr4, Addr6: setup.Addr6, Gateway: setup.Gateway}
 		jopts = jail.Options{OnBlock: s.ev.block, OnChange: s.ev.change, HostPorts: spec.HostPorts}
+		if spec.Ask {
+			jopts.Ask = &jail.AskOptions{Sandbox: s.id, Timeout: spec.AskTimeout, OnRequest: func(r ask.Request) { s.ev.request(s, r) }}
+		}
 	}
 	p, err := plan.Build(opts)
 	if err != nil {
@@ -386,6 +399,9 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		}
 		s.jail = jail.New(setup, jopts)
 		nopts.Jail = s.jail
+	}
+	if spec.Ask && setup == nil {
+		warn("Ask holds what the egress jail refuses: without the jail (Net " + string(spec.Net) + ") nothing is held")
 	}
 	if spec.AuditLog != "" && setup == nil {
 		warn("AuditLog records the egress jail's decisions: without the jail (Net " + string(spec.Net) + ") nothing is recorded")
@@ -508,6 +524,10 @@ const (
 	// because the host gained or lost an address, a route or a link
 	// (Event.Change says what is now blocked or unblocked, and why).
 	EventPolicy EventKind = "policy"
+	// EventRequest: in the ask mode (Spec.Ask), a flow the jail would
+	// refuse is held (Event.Request says what it asks to reach; its
+	// Approve or Deny decides).
+	EventRequest EventKind = "request"
 )
 
 // Event is something that happened to a sandbox.
@@ -520,6 +540,8 @@ type Event struct {
 	// (EventPolicy): "blocked" or "unblocked", the prefix, the rule and
 	// the host's change behind it.
 	Change netpolicy.Change
+	// Request is the pending request (EventRequest).
+	Request *Request
 	// Code and Err are the exit status and error (EventExit).
 	Code int
 	Err  error
@@ -586,6 +608,15 @@ func (e *eventQueue) push(ev Event, force bool) {
 	}
 	e.q = append(e.q, ev)
 	e.cond.Signal()
+}
+
+// request reports a new request; never dropped (the pending requests
+// are capped, 64).
+func (e *eventQueue) request(s *Sandbox, r ask.Request) {
+	e.push(Event{Kind: EventRequest, Request: &Request{
+		ID: r.ID, Proto: r.Proto, Name: r.Name, Addr: r.Addr, Port: r.Port, HostPort: r.Kind == "host-port",
+		Since: r.Since, Expires: r.Expires, s: s,
+	}}, true)
 }
 
 func (e *eventQueue) block(b netpolicy.Block) { e.push(Event{Kind: EventBlocked, Block: b}, false) }
@@ -721,4 +752,65 @@ func callerHomes() (string, []Mount) {
 		}
 	}
 	return env, nil
+}
+
+// Request is a flow the jail holds in the ask mode (EventRequest): what
+// it asks to reach. Approve or Deny decides it; a request no one answers
+// is refused after Spec.AskTimeout.
+type Request struct {
+	ID    int
+	Proto string // "tcp", "udp"
+	// Name is the name asked for (a name off AllowDomains); Addr the
+	// address otherwise; HostPort: Port is a port of the host's loopback.
+	Name     string
+	Addr     string
+	Port     uint16
+	HostPort bool
+	Since    time.Time
+	Expires  time.Time
+
+	s *Sandbox
+}
+
+// AskScope is how far an approval reaches.
+type AskScope int
+
+const (
+	// AskOnce: only the flows held for the request go.
+	AskOnce AskScope = iota + 1
+	// AskSession: the destination joins the sandbox's reach for its life
+	// (as claude-sandbox allow).
+	AskSession
+)
+
+// Approve lets the held flows go, and for AskSession every later flow
+// to the destination.
+func (r *Request) Approve(scope AskScope) error {
+	b := r.broker()
+	if b == nil {
+		return errors.New("sandbox: the ask mode is off")
+	}
+	sc := ask.Session
+	if scope == AskOnce {
+		sc = ask.Once
+	}
+	_, err := b.Approve(r.ID, sc)
+	return err
+}
+
+// Deny refuses the held flows and every later one to the destination.
+func (r *Request) Deny() error {
+	b := r.broker()
+	if b == nil {
+		return errors.New("sandbox: the ask mode is off")
+	}
+	_, err := b.Deny(r.ID)
+	return err
+}
+
+func (r *Request) broker() *ask.Broker {
+	if r == nil || r.s == nil || r.s.jail == nil {
+		return nil
+	}
+	return r.s.jail.Asks()
 }

@@ -8,6 +8,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/plan"
@@ -73,6 +74,10 @@ type Config struct {
 	// AuditLog is run's --audit-log: every flow decision and reach change
 	// of the session, one JSON line each, written by the launcher.
 	AuditLog string `json:"auditLog,omitempty"`
+	// Ask is run's --ask: a flow the jail refuses is held while the user
+	// approves or denies it; AskTimeout its --ask-timeout (0: default).
+	Ask        bool          `json:"ask,omitempty"`
+	AskTimeout time.Duration `json:"askTimeout,omitempty"`
 	// OSC52 is run's --osc52 allow: Claude Code may write the host
 	// terminal's clipboard when that terminal is its input. Off by
 	// default: a clipboard the sandbox filled is pasted into the host's
@@ -278,6 +283,15 @@ var configKeys = []configKey{
 		return nil
 	}},
 	{"audit-log", func(c *Config, v configValue) error { return setPath(&c.AuditLog, v) }},
+	{"ask", func(c *Config, v configValue) error { return setBool(&c.Ask, v) }},
+	{"ask-timeout", func(c *Config, v configValue) error {
+		d, err := ParseAskTimeout(v.s)
+		if err != nil {
+			return err
+		}
+		c.AskTimeout = d
+		return nil
+	}},
 }
 
 func (c *Config) set(key, value string, hasValue bool) error {
@@ -491,4 +505,14 @@ func (c *Config) ApplyEnv(getenv func(string) (string, bool)) error {
 
 func splitList(v string) []string {
 	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
+}
+
+// ParseAskTimeout reads an ask timeout (--ask-timeout, the ask-timeout
+// key): a duration from 1s to 10m.
+func ParseAskTimeout(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < time.Second || d > 10*time.Minute {
+		return 0, fmt.Errorf("%q: want a duration from 1s to 10m, e.g. 30s", s)
+	}
+	return d, nil
 }

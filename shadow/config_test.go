@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
@@ -212,6 +213,8 @@ func TestConfigKeysTable(t *testing.T) {
 		"debug":              "debug",
 		"debug-file":         "debug-file = /var/log/cs.log",
 		"audit-log":          "audit-log = /var/log/cs-audit.jsonl",
+		"ask":                "ask",
+		"ask-timeout":        "ask-timeout = 1m",
 	}
 	_, err := ParseConfig("f", strings.NewReader("no-such-key = 1\n"))
 	if err == nil {
@@ -246,6 +249,22 @@ func TestConfigKeysTable(t *testing.T) {
 			t.Errorf("the message lists %q, which is not in the table", name)
 		} else if i < len(configKeys) && configKeys[i].name != name {
 			t.Errorf("the message lists %q at %d, the table %q", name, i, configKeys[i].name)
+		}
+	}
+}
+
+// The ask mode's keys: ask switches it on, ask-timeout takes 1s to 10m.
+func TestConfigAskKeys(t *testing.T) {
+	c, err := ParseConfig("f", strings.NewReader("ask\nask-timeout = 90s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Ask || c.AskTimeout != 90*time.Second {
+		t.Errorf("ask %v, ask-timeout %v", c.Ask, c.AskTimeout)
+	}
+	for _, bad := range []string{"ask-timeout = 0s", "ask-timeout = 11m", "ask-timeout = soon", "ask = maybe"} {
+		if _, err := ParseConfig("f", strings.NewReader(bad+"\n")); err == nil {
+			t.Errorf("%q accepted", bad)
 		}
 	}
 }

@@ -219,6 +219,9 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 		return build(resp, qs, nil, limit)
 	}
 	if ok, rule := n.rules.AllowName(name); !ok {
+		if _, valid := netpolicy.CanonicalName(name); valid && n.st.cfg.Ask != nil && askableName(rule) {
+			return n.askAnswer(resp, qs, question, limit)
+		}
 		if rule == "" {
 			rule = "domain not allowed"
 		}
@@ -512,4 +515,29 @@ func (n *names) prefetch(name string, asked dnsmessage.Type) {
 		other = dnsmessage.TypeA
 	}
 	n.background(name, other)
+}
+
+// askAnswer answers a query for a name off the allowlist in the ask mode
+// (ask.go): A and AAAA with the name's synthetic address, at once and
+// without asking upstream (so nothing about the name leaves the sandbox
+// before a person approves a connection to it); other types with an
+// empty answer. The connection to the address is what asks.
+func (n *names) askAnswer(resp dnsmessage.Header, qs []dnsmessage.Question, question dnsmessage.Question, limit int) []byte {
+	v6 := question.Type == dnsmessage.TypeAAAA
+	if question.Type != dnsmessage.TypeA && !v6 || v6 && n.cfg.NoIPv6 {
+		return build(resp, qs, nil, limit)
+	}
+	a, err := n.synthetic(canonName(question.Name.String()), v6)
+	if err != nil {
+		resp.RCode = dnsmessage.RCodeServerFailure
+		return build(resp, qs, nil, limit)
+	}
+	rh := dnsmessage.ResourceHeader{Name: question.Name, Class: dnsmessage.ClassINET, TTL: dnsTTLMin}
+	var body dnsmessage.ResourceBody
+	if v6 {
+		body = &dnsmessage.AAAAResource{AAAA: a.As16()}
+	} else {
+		body = &dnsmessage.AResource{A: a.As4()}
+	}
+	return build(resp, qs, []dnsmessage.Resource{{Header: rh, Body: body}}, limit)
 }

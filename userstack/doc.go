@@ -87,6 +87,12 @@
 // options are ignored; other transport protocols are left to gVisor's
 // defaults (unforwarded).
 //
+// With Config.Ask (ask.go), a new flow the policy refuses is held (its
+// SYN or datagram dropped unanswered, a copy of the SYN's header kept to
+// re-deliver at the decision) while the ask mode's broker says so, and a
+// query for a name off the allowlist is answered with a synthetic
+// address, nothing asked upstream.
+//
 // When not to use it: never attach it to a link that carries traffic from
 // anything but the sandbox; it terminates flows for every address. It is
 // not a general-purpose NAT.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"net/netip"
 	"slices"
 	"strings"
@@ -355,6 +356,8 @@ type nameFlow struct {
 	name string
 	rule string
 	dns  bool
+	// ask: refused by rule, but the ask mode may hold it (ask.go).
+	ask bool
 }
 
 // admit decides a new flow against the allowlist. It returns nil for a
@@ -384,6 +387,9 @@ func (n *names) admit(proto netpolicy.Proto, dst netip.AddrPort) (nf *nameFlow, 
 		return nil, true
 	}
 	ok, rule := n.rules.Allow(name, dst.Port())
+	if !ok && st.cfg.Ask != nil && askableName(rule) {
+		return &nameFlow{name: name, rule: rule, ask: true}, false
+	}
 	if !ok {
 		if rule == "" {
 			rule = "domain not allowed on this port"
@@ -651,13 +657,21 @@ func lookupOrder(dst netip.AddrPort) (first, second dnsmessage.Type) {
 // host-side destination admitted for a name, ready; the caller uses it,
 // not udpTarget again (which may have expired since: an allowed flow
 // refused with a wrong reason).
-func (n *names) udpAdmit(dst netip.AddrPort) (ready, refused bool, gate <-chan struct{}, target netip.AddrPort) {
+func (n *names) udpAdmit(src, dst netip.AddrPort) (ready, refused bool, gate <-chan struct{}, target netip.AddrPort) {
 	if !n.inPool(dst.Addr()) {
 		return true, false, nil, netip.AddrPort{}
 	}
 	nf, refused := n.admit(netpolicy.ProtoUDP, dst)
 	if refused || nf == nil {
 		return false, true, nil, netip.AddrPort{}
+	}
+	if nf.ask {
+		switch n.st.askUDP(src, dst, nf.name, false, nf.rule) {
+		case ask.Hold:
+			return false, false, nil, netip.AddrPort{} // dropped: the sandbox sends again
+		case ask.Refuse:
+			return false, true, nil, netip.AddrPort{}
+		}
 	}
 	if t, ok := n.udpTarget(dst); ok {
 		// Cached for new mappings, but decided again: a live policy

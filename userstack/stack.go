@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"net"
 	"net/netip"
 	"sync"
@@ -100,6 +101,14 @@ type Config struct {
 	// them is relayed to 127.0.0.1 (an IPv6 gateway: [::1]) on the host
 	// side, without a policy check. Every other gateway port is refused.
 	HostPorts []netpolicy.HostPort
+	// Ask, when set, is the ask mode (issue 31, ask.go): a new TCP flow
+	// the policy refuses (a name off the allowlist, an address, a
+	// gateway port that is not a host port) is given to it first, and
+	// held (dropped unanswered: the sandbox retransmits its SYN) while
+	// it says so; a query for a name off the allowlist is answered with
+	// a synthetic address, nothing asked upstream. Called on the packet
+	// path: it must not block.
+	Ask func(ask.Flow) ask.Verdict
 	// Inbound lets DialSandbox open connections from a gateway into the
 	// sandbox (publish.go): every packet to a gateway then takes gVisor's
 	// path, where those connections' endpoints are.
@@ -218,6 +227,8 @@ type Stack struct {
 	eimUDP bool
 	// hostLo caches which loopback each host port leads to (hostport.go).
 	hostLo sync.Map
+	// hostPorts are Config.HostPorts, as SetHostPorts last changed them.
+	hostPorts atomic.Pointer[[]netpolicy.HostPort]
 
 	// The relay's memory budget (mem.go).
 	memBudget    int64

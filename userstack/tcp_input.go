@@ -120,8 +120,17 @@ func (st *Stack) newTCP(in *tcpIn) {
 		nf, ok = st.names.admit(netpolicy.ProtoTCP, key.dst)
 		ok = !ok
 	}
+	if nf != nil && nf.ask {
+		if !st.askTCP(in, nf.name, false, nf.rule) {
+			return // held, or refused
+		}
+		nf.ask, nf.rule = false, "ask: approved once"
+	}
 	if ok && nf == nil {
-		target, rule, ok = st.tcpTarget(key.dst)
+		target, rule, ok = st.tcpTarget(key.dst, in)
+		if !ok {
+			return // refused (reset) or held
+		}
 	}
 	if !ok {
 		st.rejectTCP(in) // "connection refused" at once

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"net"
 	"net/netip"
 	"sync"
@@ -466,7 +467,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 	if st.names != nil {
 		var ready, refused bool
 		var gate <-chan struct{}
-		if ready, refused, gate, named = st.names.udpAdmit(key.dst); refused {
+		if ready, refused, gate, named = st.names.udpAdmit(key.src, key.dst); refused {
 			return nil, netip.AddrPort{}, nil, false
 		} else if gate != nil {
 			return nil, netip.AddrPort{}, gate, true
@@ -475,6 +476,18 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 		}
 	}
 	target, mk, local, ok := st.udpRoute(key, named)
+	if !ok && local && st.cfg.Ask != nil && st.isGateway(key.dst.Addr()) {
+		// A gateway port that is not a host port: asked. Approved, it
+		// is one (for a UDP port, once is the session too: see the
+		// jail's approve), and routed again.
+		switch st.askUDP(key.src, key.dst, "", true, "local address, not a DNS port") {
+		case ask.Hold:
+			return nil, target, nil, true // dropped: the sandbox sends again
+		case ask.Refuse:
+			return nil, target, nil, false
+		}
+		target, mk, local, ok = st.udpRoute(key, named)
+	}
 	switch {
 	case !ok:
 		st.block(netpolicy.ProtoUDP, key.dst, "local address, not a DNS port")
@@ -483,8 +496,16 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 		// A name, admitted by udpAdmit: its resolved address was checked.
 	case !local:
 		if v := st.check(netpolicy.ProtoUDP, key.dst); !v.Allowed {
-			st.block(netpolicy.ProtoUDP, key.dst, v.Rule)
-			return nil, target, nil, false
+			if !st.askOnAddress(key.dst) {
+				st.block(netpolicy.ProtoUDP, key.dst, v.Rule)
+				return nil, target, nil, false
+			}
+			switch st.askUDP(key.src, key.dst, "", false, v.Rule) {
+			case ask.Hold:
+				return nil, target, nil, true // dropped: the sandbox sends again
+			case ask.Refuse:
+				return nil, target, nil, false
+			}
 		}
 		if gate := st.ipv6Gate(key.dst.Addr()); gate != nil {
 			return nil, target, gate, true

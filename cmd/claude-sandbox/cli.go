@@ -27,6 +27,8 @@ type runArgs struct {
 	help       bool
 	logBlocked string
 	auditLog   string
+	ask        bool          // --ask
+	askTimeout time.Duration // --ask-timeout; 0: the default
 	// --json-status-fd (-1: none) and --json-status-blocked.
 	statusFD      int
 	statusBlocked bool
@@ -255,6 +257,21 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, err
 			}
 			r.logBlocked = v
+		case "--ask":
+			if err := noInline(); err != nil {
+				return nil, err
+			}
+			r.ask = true
+		case "--ask-timeout":
+			v, err := value()
+			if err != nil {
+				return nil, err
+			}
+			d, err := parseAskTimeout(v)
+			if err != nil {
+				return nil, usagef("--ask-timeout: %v", err)
+			}
+			r.askTimeout = d
 		case "--audit-log":
 			v, err := value()
 			if err != nil {

@@ -116,7 +116,7 @@ func TestRunParserMatchesTable(t *testing.T) {
 	sample := map[string][]string{
 		"--perms": {"0700", "--tmpfs", "/t"}, "--net": {"none"}, "--allow-ip": {"10.0.0.1"},
 		"--allow-cidr": {"10.0.0.0/8"}, "--internet-cidr": {"198.18.0.0/15"}, "--pids-limit": {"300"}, "--setenv": {"A", "1"}, "--tmpfs-size": {"64M"},
-		"--json-status-fd": {"2"}, "--json-status-blocked": {"--json-status-fd", "2"}, "--udp-flows": {"64"}, "--udp-idle-timeout": {"3m"}, "--osc52": {"allow"},
+		"--json-status-fd": {"2"}, "--json-status-blocked": {"--json-status-fd", "2"}, "--udp-flows": {"64"}, "--udp-idle-timeout": {"3m"}, "--ask-timeout": {"45s"}, "--osc52": {"allow"},
 		"--allow-domain": {"api.github.com"}, "--deny-domain": {"*.example.com:443"},
 		"--allow-host-port": {"8080"}, "--publish": {"8080:80"}, "--ssh-agent": {"github.com,forge.test:2222"}, "--ssh-key": {"SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s"},
 		"--ssh-host-key": {"forge.test ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"},

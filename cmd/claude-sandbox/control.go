@@ -23,13 +23,15 @@ refused so far, pending requests, working directory and command. Sockets
 left by a launcher that has ended are removed. Root sees only its own.
 `
 
-const allowHelp = `Usage: claude-sandbox allow ID [--ip ADDR|CIDR]... [--domain NAME[:PORT]]...
-       claude-sandbox revoke ID [--ip ADDR|CIDR]... [--domain NAME[:PORT]]...
+const allowHelp = `Usage: claude-sandbox allow ID [--ip ADDR|CIDR]... [--domain NAME[:PORT]]... [--host-port PORT[/PROTO]]...
+       claude-sandbox revoke ID [--ip ADDR|CIDR]... [--domain NAME[:PORT]]... [--host-port PORT[/PROTO]]...
 
 Changes the reach of running sandbox ID (see claude-sandbox ps) while it
 runs, in force for its next new connection: --ip as --allow-ip takes it
 (loopback refused), --domain as --allow-domain takes it (the sandbox must
-have been started with a domain allowlist). revoke takes back an entry
+have been started with a domain allowlist), --host-port as
+--allow-host-port takes it (the host's loopback port, through the
+gateway). revoke takes back an entry
 allowed at launch or since; connections open stay open. Each change is
 logged as a policy change and named in the sandbox's exit summary.
 `
@@ -50,7 +52,7 @@ func newAllowFlags(name string) (*flag.FlagSet, *stringList, *stringList, *strin
 	var ips, domains, hostPorts stringList
 	f.Var(&ips, "ip", "an `ADDR|CIDR` the sandbox may reach, every port and protocol")
 	f.Var(&domains, "domain", "a `NAME[:PORT]` (wildcard, preset) for a sandbox with a domain allowlist")
-	f.Var(&hostPorts, "host-port", "a `PORT` of the host's loopback (not yet: only at launch)")
+	f.Var(&hostPorts, "host-port", "a `PORT[/PROTO]` of the host's loopback, through the gateway")
 	return f, &ips, &domains, &hostPorts
 }
 

@@ -31,6 +31,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	_ "github.com/claude-sandbox/claude-sandbox/cmd/claude-sandbox/internal/oneproc" // GOMAXPROCS=1 before the other initialisers
@@ -73,6 +74,12 @@ func subcommandHelp(name string) (string, bool) {
 		return psHelp, true
 	case "allow", "revoke":
 		return allowHelp, true
+	case "requests":
+		return requestsHelp, true
+	case "approve", "deny":
+		return approveHelp, true
+	case "watch":
+		return watchHelp, true
 	}
 	return "", false
 }
@@ -127,6 +134,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return psMain(args[1:], stdout, stderr)
 	case "allow", "revoke":
 		return allowMain(args[0], args[1:], stdout, stderr)
+	case "requests":
+		return requestsMain(args[1:], stdout, stderr)
+	case "approve", "deny":
+		return approveMain(args[0], args[1:], stdout, stderr)
+	case "watch":
+		return watchMain(args[1:], stdout, stderr)
 	case "completion":
 		return completionMain(args[1:], stdout, stderr)
 	case "man":
@@ -189,7 +202,7 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 	} else if r.opts.Chdir == "" && verb == "run" {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: the current directory cannot be found (%v): starting in /\n", err)
 	}
-	x := runExtras{logBlocked: r.logBlocked, auditLog: r.auditLog, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
+	x := runExtras{ask: r.ask, askTimeout: r.askTimeout, logBlocked: r.logBlocked, auditLog: r.auditLog, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
 	if len(r.sshAgent) == 0 {
 		for _, o := range []struct {
 			name string
@@ -219,6 +232,8 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 type runExtras struct {
 	logBlocked    string           // --log-blocked FILE
 	auditLog      string           // --audit-log FILE, or the shadow's audit-log key
+	ask           bool             // --ask, or the shadow's ask key
+	askTimeout    time.Duration    // --ask-timeout; 0: the default
 	status        *os.File         // --json-status-fd
 	statusBlocked bool             // --json-status-blocked
 	udpFlows      int              // --udp-flows; 0: the jail's default
@@ -228,6 +243,7 @@ type runExtras struct {
 	osc52         bool             // --osc52 allow, or the shadow's osc52 key
 	sshAgent      *sshagent.Config // --ssh-agent, or the shadow's ssh-agent key
 	workspace     string           // the shadow's workspace, for ps
+	shadow        bool             // launched by the shadow (the notices say "Claude")
 }
 
 // launch builds the plan from opts (with the egress jail's setup when the
@@ -352,6 +368,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		nopts.Logger = logger
 	}
 	sandboxID := control.NewID()
+	var lastWatch atomic.Int64 // a claude-sandbox watch's last poll (the ask mode)
 	if x.auditLog != "" && setup == nil {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: --audit-log records the egress jail's decisions; with --net=%s there is no jail and nothing is recorded\n", opts.Net)
 	}
@@ -393,11 +410,18 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 				})
 			}
 		}
+		if x.ask {
+			jo.Ask = askOptions(sandboxID, x.askTimeout, stderr, x.askWho(), func() bool {
+				return time.Since(time.Unix(0, lastWatch.Load())) < watchQuiet
+			})
+		}
 		nopts.Jail = jail.New(setup, jo)
+	} else if x.ask {
+		fmt.Fprintf(stderr, "claude-sandbox: warning: --ask holds what the egress jail refuses; with --net=%s there is no jail and nothing is held\n", opts.Net)
 	}
 	// The control socket (claude-sandbox ps, allow, revoke), before the
 	// start: the started line names its id.
-	cs := &control.Launcher{ID: sandboxID, Command: opts.Command, Cwd: p.Dir, Workspace: x.workspace, Net: string(opts.Net), Started: time.Now()}
+	cs := &control.Launcher{ID: sandboxID, Command: opts.Command, Cwd: p.Dir, Workspace: x.workspace, Net: string(opts.Net), Started: time.Now(), WatchedAt: &lastWatch}
 	if j, ok := nopts.Jail.(*jail.Jail); ok {
 		cs.Jail = j
 	}
@@ -429,4 +453,12 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		fmt.Fprintln(stderr, "claude-sandbox:", o)
 	}
 	return code
+}
+
+// askWho is who the ask mode's notices say asks.
+func (x runExtras) askWho() string {
+	if x.shadow {
+		return "Claude"
+	}
+	return "the sandbox"
 }

@@ -167,6 +167,14 @@ besides what ~/.ssh/known_hosts holds (repeatable)`},
 	{name: "--audit-log", args: []string{"FILE"}, section: secNet, help: `append every flow decision (allowed and refused) and
 every reach change to FILE as JSON lines, written
 outside the sandbox; at 16 MiB FILE becomes FILE.1`},
+	{name: "--ask", section: secNet, short: "hold a refused flow until you approve or deny it (claude-sandbox requests)", help: `hold a flow the jail would refuse (a name off the
+--allow-domain list, an internal address, a host
+port) while you decide: claude-sandbox requests lists
+it, claude-sandbox approve REQ lets it go (--once,
+--session), claude-sandbox deny REQ refuses it; one
+line on the terminal names each request`},
+	{name: "--ask-timeout", args: []string{"DURATION"}, section: secNet, help: `with --ask, refuse a request no one answered after
+DURATION (default 30s, at most 10m)`},
 	{name: "--udp-flows", args: []string{"N"}, section: secNet, help: `at most N UDP flows at once (default 512); at the cap
 the least recently used is evicted, and recorded`},
 	{name: "--udp-idle-timeout", args: []string{"DURATION"}, section: secNet, help: `an idle UDP flow keeps its host port this long
@@ -308,10 +316,16 @@ var commands = []command{
 		options: func() []option { return verifyOptions }},
 	{name: "ps", usage: "ps [--json]", summary: "list your running sandboxes",
 		options: func() []option { f, _ := newPsFlags(); return flagOptions(f) }},
-	{name: "allow", usage: "allow ID --ip ADDR|CIDR | --domain NAME[:PORT]", summary: "widen a running sandbox's reach",
+	{name: "allow", usage: "allow ID --ip ADDR|CIDR | --domain NAME[:PORT] | --host-port PORT[/PROTO]", summary: "widen a running sandbox's reach",
 		options: func() []option { f, _, _, _ := newAllowFlags("allow"); return flagOptions(f) }},
-	{name: "revoke", usage: "revoke ID --ip ADDR|CIDR | --domain NAME[:PORT]", summary: "take back reach from a running sandbox",
+	{name: "revoke", usage: "revoke ID --ip ADDR|CIDR | --domain NAME[:PORT] | --host-port PORT[/PROTO]", summary: "take back reach from a running sandbox",
 		options: func() []option { f, _, _, _ := newAllowFlags("revoke"); return flagOptions(f) }},
+	{name: "requests", usage: "requests [ID] [--json]", summary: "list what sandboxes run with --ask ask to reach",
+		options: func() []option { f, _ := newRequestsFlags(); return flagOptions(f) }},
+	{name: "approve", usage: "approve REQ [--once|--session|--always]", summary: "let a held connection go",
+		options: func() []option { f, _, _, _ := newApproveFlags("approve"); return flagOptions(f) }},
+	{name: "deny", usage: "deny REQ", summary: "refuse a held connection"},
+	{name: "watch", usage: "watch [ID]", summary: "show requests as they come, answer each with one key"},
 	{name: "version", usage: "version [--json]", summary: "print the version (also --version, -V)",
 		options: func() []option { f, _ := newVersionFlags(); return flagOptions(f) }},
 	{name: "completion", usage: "completion bash|zsh|fish", summary: "print the shell completion script", args: "shells"},

@@ -11,13 +11,18 @@
 //     (Spec.HostPorts);
 //  3. a long command, cancelled: the run ends and nothing of it is left.
 //
+// With -ask, run 2 runs in the ask mode (Spec.Ask): each flow the jail
+// would refuse is held and printed as a request, which this program
+// approves for the session when its destination is in -approve (NAME:PORT
+// or ADDR:PORT, comma-separated) and denies otherwise.
+//
 // With -watch instead, it runs one jailed command and prints each change
 // of the jail's blocked set as the host's network changes under it (add
 // an address to the host to see one), then cancels the run.
 //
 // Usage:
 //
-//	embed -dir DIR [-dial ADDR:PORT,...] [-allow-domain NAME,...] [-host-port PORT]
+//	embed -dir DIR [-dial ADDR:PORT,...] [-allow-domain NAME,...] [-host-port PORT] [-ask [-approve DEST,...]]
 //	embed -watch
 //
 // Build it with CGO_ENABLED=0. Run 2 sends packets: try it in a network
@@ -48,7 +53,14 @@ func main() {
 	watch := flag.Bool("watch", false, "run one jailed command and print the jail's policy changes until the first")
 	allowDomain := flag.String("allow-domain", "", "comma-separated names the second run's jail allows (its domain allowlist: nothing else on the internet)")
 	hostPort := flag.Uint("host-port", 0, "a port of the host's loopback the second run may reach at host.internal")
+	flag.BoolVar(&askMode, "ask", false, "run the second run in the ask mode: approve the requests in -approve, deny the others")
+	approveList := flag.String("approve", "", "with -ask, comma-separated NAME:PORT or ADDR:PORT destinations to approve")
 	flag.Parse()
+	for _, d := range strings.Split(*approveList, ",") {
+		if d != "" {
+			approved[d] = true
+		}
+	}
 	if *connect != "" {
 		connectAll(*connect)
 		return
@@ -123,6 +135,7 @@ func jailed(addrs string, domains []string, hostPort uint16) error {
 		// are reachable.
 		AllowDomains: domains,
 		HostPorts:    hostPorts,
+		Ask:          askMode,
 		Stdout:       os.Stdout,
 		Stderr:       os.Stderr,
 		Warn:         func(w string) { fmt.Fprintln(os.Stderr, "warning:", w) },
@@ -130,6 +143,8 @@ func jailed(addrs string, domains []string, hostPort uint16) error {
 			switch ev.Kind {
 			case sandbox.EventBlocked:
 				fmt.Printf("blocked: %s\n", ev.Block)
+			case sandbox.EventRequest:
+				answer(ev.Request)
 			case sandbox.EventExit:
 				fmt.Printf("jail: exit %d\n", ev.Code)
 			}
@@ -235,4 +250,32 @@ func countIn(kind string, ino uint64) int {
 		}
 	}
 	return n
+}
+
+// The ask mode's choices (-ask, -approve).
+var (
+	askMode  bool
+	approved = map[string]bool{}
+)
+
+// answer decides a request of the ask mode: approved for the session when
+// its destination is in -approve, denied otherwise. On OnEvent's
+// goroutine: Approve and Deny return once the decision is in force.
+func answer(r *sandbox.Request) {
+	host := r.Name
+	if host == "" {
+		host = r.Addr
+	}
+	dest := net.JoinHostPort(host, strconv.Itoa(int(r.Port)))
+	if approved[dest] {
+		fmt.Printf("request %d: %s %s: approved\n", r.ID, r.Proto, dest)
+		if err := r.Approve(sandbox.AskSession); err != nil {
+			fmt.Printf("request %d: approve: %v\n", r.ID, err)
+		}
+		return
+	}
+	fmt.Printf("request %d: %s %s: denied\n", r.ID, r.Proto, dest)
+	if err := r.Deny(); err != nil {
+		fmt.Printf("request %d: deny: %v\n", r.ID, err)
+	}
 }

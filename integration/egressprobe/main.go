@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -83,6 +84,55 @@ func run(cmd string, args []string) error {
 			return err
 		}
 		return c.Close()
+	case "tcp-wait":
+		// A connection (ADDR:PORT or NAME:PORT) that waits up to two
+		// minutes, as curl or ssh do, then one echo: for the ask mode,
+		// whose held connections are answered when a person decides.
+		c, err := net.DialTimeout("tcp", args[0], 2*time.Minute)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte("hello\n")); err != nil {
+			return err
+		}
+		buf := make([]byte, 6)
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return err
+		}
+		if string(buf) != "hello\n" {
+			return fmt.Errorf("echo %q", buf)
+		}
+		return nil
+	case "udp-wait":
+		// A datagram to ADDR:PORT or NAME:PORT, sent again each second
+		// for up to a minute until its echo comes (as a UDP client
+		// retries): for the ask mode's held datagrams.
+		c, err := net.Dial("udp", args[0])
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+			if _, err := c.Write([]byte("hello\n")); err != nil {
+				return err
+			}
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			n, err := c.Read(buf)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if string(buf[:n]) != "hello\n" {
+				return fmt.Errorf("echo %q", buf[:n])
+			}
+			return nil
+		}
+		return errors.New("timeout")
 	case "tcp-bound", "udp-bound":
 		// SO_BINDTODEVICE to args[0].
 		return dial(strings.TrimSuffix(cmd, "-bound"), "bind", args[0], args[1])

@@ -44,6 +44,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 )
 
 // Version is the protocol version this package speaks.
@@ -54,6 +56,10 @@ const (
 	OpStatus = "status"
 	OpAllow  = "allow"
 	OpRevoke = "revoke"
+	// The ask mode (issue 31): list the pending requests, answer one.
+	OpRequests = "requests"
+	OpApprove  = "approve"
+	OpDeny     = "deny"
 )
 
 // Request is one request to a sandbox's launcher.
@@ -65,6 +71,13 @@ type Request struct {
 	IP       []string `json:"ip,omitempty"`
 	Domain   []string `json:"domain,omitempty"`
 	HostPort []string `json:"host_port,omitempty"`
+	// Req is the request an approve or deny answers; Scope how far an
+	// approval reaches ("once", "session", "always").
+	Req   int    `json:"req,omitempty"`
+	Scope string `json:"scope,omitempty"`
+	// Watch: the requests are asked for by claude-sandbox watch, which
+	// shows them (the launcher then prints no notice of its own).
+	Watch bool `json:"watch,omitempty"`
 }
 
 // Status describes a running sandbox (claude-sandbox ps).
@@ -78,9 +91,11 @@ type Status struct {
 	Started   time.Time `json:"started"`
 	// Blocked is how many flows the jail refused so far.
 	Blocked int `json:"blocked"`
-	// Pending is how many requests for reach wait for an answer (always
-	// 0 until the ask mode exists).
+	// Pending is how many requests for reach wait for an answer (the
+	// ask mode).
 	Pending int `json:"pending"`
+	// Ask says whether the sandbox runs in the ask mode.
+	Ask bool `json:"ask,omitempty"`
 	// Allowed are the entries allowed while the sandbox runs.
 	Allowed []string `json:"allowed,omitempty"`
 	// Revoked are launch-time entries revoked while it runs.
@@ -97,6 +112,9 @@ type Response struct {
 	Status *Status `json:"status,omitempty"`
 	// Changes are the policy changes a request made, one line each.
 	Changes []string `json:"changes,omitempty"`
+	// Requests are the pending requests (requests), or the one answered
+	// (approve, deny).
+	Requests []ask.Request `json:"requests,omitempty"`
 }
 
 // Handler answers one request from an accepted peer.

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
+	"github.com/claude-sandbox/claude-sandbox/internal/control"
+	"github.com/claude-sandbox/claude-sandbox/jail"
+	"github.com/claude-sandbox/claude-sandbox/shadow"
+)
+
+// The ask mode's commands (issue 31): requests lists what running
+// sandboxes ask to reach, approve and deny answer, over each launcher's
+// control socket.
+
+const requestsHelp = `Usage: claude-sandbox requests [ID] [--json]
+
+Lists the pending requests of your sandboxes started with --ask (or of
+sandbox ID): the request (REQ), the sandbox, what it asks to reach
+(protocol, name or address, port), the process when known, and since
+when. Answer with claude-sandbox approve REQ or claude-sandbox deny REQ.
+`
+
+const approveHelp = `Usage: claude-sandbox approve REQ [--once|--session|--always]
+       claude-sandbox deny REQ
+
+Answers request REQ (as claude-sandbox requests lists it: N, or ID/N when
+two sandboxes have a request N). approve lets the held connection(s) go:
+--session (the default) adds the destination to the sandbox's reach for
+its life, as claude-sandbox allow does (a name with its port, an address
+with every port, a host port); --once lets only the connections held for
+it go, and the next one asks again; --always is --session, and stores the
+approval for later sandboxes. deny refuses the held connections (the
+program inside gets its normal connection error) and every later one to
+the destination, without asking again. A request no one answers is
+refused after --ask-timeout (30s by default). Only the sandbox's owner
+(or root), from outside every sandbox, can answer.
+`
+
+// parseAskTimeout is --ask-timeout's parser (the shadow's key's too).
+func parseAskTimeout(s string) (time.Duration, error) { return shadow.ParseAskTimeout(s) }
+
+// askOptions turns the jail's ask mode on for sandbox id: each request
+// prints one line on the terminal (stderr) naming how to answer it.
+// watched reports whether a claude-sandbox watch shows the requests now
+// (then no notice is printed).
+func askOptions(id string, timeout time.Duration, stderr io.Writer, who string, watched func() bool) *jail.AskOptions {
+	raw := isTerminal(stderr)
+	// OnRequest runs on the jail's packet path: the lines go to the
+	// terminal from a goroutine of their own, and are dropped while it
+	// is behind (a terminal stopped with Ctrl-S must not stall the
+	// sandbox's network).
+	lines := make(chan string, 16)
+	var once sync.Once
+	return &jail.AskOptions{
+		Sandbox: id, Timeout: timeout,
+		OnRequest: func(r ask.Request) {
+			if watched != nil && watched() {
+				return
+			}
+			once.Do(func() {
+				go func() {
+					for l := range lines {
+						_, _ = io.WriteString(stderr, l)
+					}
+				}()
+			})
+			line := askNotice(who, r)
+			if raw {
+				// The program may hold the terminal in raw mode.
+				line = "\r\n" + line + "\r\n"
+			} else {
+				line += "\n"
+			}
+			select {
+			case lines <- line:
+			default:
+			}
+		},
+	}
+}
+
+// askNotice is the terminal's line for a new request.
+func askNotice(who string, r ask.Request) string {
+	proc := ""
+	if r.Who != nil {
+		proc = " (" + processLabel(r.Who) + ")"
+	}
+	return fmt.Sprintf("claude-sandbox: %s asks to reach %s%s: claude-sandbox approve %d (or deny %d; refused in %s)",
+		who, escapeReport(r.What()), proc, r.ID, r.ID, r.Expires.Sub(r.Since).Round(time.Second))
+}
+
+// processLabel names a request's process: its command and pid.
+func processLabel(p *ask.Process) string {
+	cmd := strings.Join(p.Argv, " ")
+	if len(cmd) > 40 {
+		cmd = cmd[:40] + "..."
+	}
+	if cmd == "" {
+		return "pid " + strconv.Itoa(p.PID)
+	}
+	return escapeReport(cmd) + ", pid " + strconv.Itoa(p.PID)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+func newRequestsFlags() (*flag.FlagSet, *bool) {
+	f := newFlags("requests")
+	return f, f.Bool("json", false, "the same list as a JSON array")
+}
+
+func newApproveFlags(name string) (*flag.FlagSet, *bool, *bool, *bool) {
+	f := newFlags(name)
+	if name == "deny" {
+		return f, new(bool), new(bool), new(bool)
+	}
+	once := f.Bool("once", false, "only the connections held for the request go")
+	session := f.Bool("session", false, "the destination joins the sandbox's reach for its life (the default)")
+	always := f.Bool("always", false, "--session, and stored for later sandboxes")
+	return f, once, session, always
+}
+
+// askCall sends req to sandbox s.
+func askCall(verb string, s control.Sandbox, req control.Request, stderr io.Writer) (control.Response, bool) {
+	uid := os.Getuid()
+	r, err := control.Call(s.Path, req)
+	if err == control.ErrStale {
+		control.RemoveStale(s, uid)
+		return r, false
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "claude-sandbox %s: %s: %v\n", verb, s.ID, err)
+		return r, false
+	}
+	return r, true
+}
+
+func requestsMain(args []string, stdout, stderr io.Writer) int {
+	f, asJSON := newRequestsFlags()
+	var id string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		id, args = args[0], args[1:]
+	}
+	if code, done := parseFlags(f, args, requestsHelp, stdout, stderr); done {
+		return code
+	}
+	if f.NArg() > 0 {
+		return usageLine(stderr, "requests", fmt.Sprintf("unexpected argument %q", f.Arg(0)))
+	}
+	uid := os.Getuid()
+	var sandboxes []control.Sandbox
+	if id != "" {
+		s, err := control.Lookup(uid, os.Getenv, id)
+		if err != nil {
+			fmt.Fprintf(stderr, "claude-sandbox requests: %v\n", err)
+			return 1
+		}
+		sandboxes = []control.Sandbox{s}
+	} else {
+		sandboxes = control.Find(uid, os.Getenv)
+	}
+	list := []ask.Request{}
+	code := 0
+	for _, s := range sandboxes {
+		r, ok := askCall("requests", s, control.Request{Op: control.OpRequests}, stderr)
+		if !ok {
+			continue
+		}
+		if !r.OK {
+			if id != "" {
+				fmt.Fprintf(stderr, "claude-sandbox requests: %s: %s\n", s.ID, r.Error)
+				code = 1
+			}
+			continue // not in the ask mode
+		}
+		list = append(list, r.Requests...)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(list)
+		return code
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(stdout, "no pending requests")
+		return code
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "REQ\tSANDBOX\tPROTO\tDESTINATION\tPORT\tPROCESS\tHELD\tSINCE")
+	for _, r := range list {
+		dst := r.Name
+		switch {
+		case r.Kind == "host-port":
+			dst = "host loopback"
+		case dst == "":
+			dst = r.Addr
+		}
+		proc := "-"
+		if r.Who != nil {
+			proc = processLabel(r.Who)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", r.ID, r.Sandbox, r.Proto, escapeReport(dst), r.Port, proc, r.Held, r.Since.Local().Format("15:04:05"))
+	}
+	_ = w.Flush()
+	return code
+}
+
+// approveMain is approve, or deny.
+func approveMain(verb string, args []string, stdout, stderr io.Writer) int {
+	f, once, session, always := newApproveFlags(verb)
+	var ref string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		ref, args = args[0], args[1:]
+	}
+	if code, done := parseFlags(f, args, approveHelp, stdout, stderr); done {
+		return code
+	}
+	if ref == "" && f.NArg() > 0 {
+		ref = f.Arg(0)
+		if err := f.Parse(f.Args()[1:]); err != nil {
+			return usageLine(stderr, verb, err.Error())
+		}
+	}
+	if f.NArg() > 0 {
+		return usageLine(stderr, verb, fmt.Sprintf("unexpected argument %q", f.Arg(0)))
+	}
+	if ref == "" {
+		return usageLine(stderr, verb, "name the request: REQ, as claude-sandbox requests lists it")
+	}
+	scope := ask.Session
+	n := 0
+	for _, b := range []*bool{once, session, always} {
+		if *b {
+			n++
+		}
+	}
+	if n > 1 {
+		return usageLine(stderr, verb, "give one of --once, --session, --always")
+	}
+	switch {
+	case *once:
+		scope = ask.Once
+	case *always:
+		scope = ask.Always
+	}
+	sbID, num, hasID := strings.Cut(ref, "/")
+	if !hasID {
+		sbID, num = "", ref
+	}
+	req, err := strconv.Atoi(num)
+	if err != nil || req <= 0 {
+		return usageLine(stderr, verb, fmt.Sprintf("%q is not a request (N or ID/N, as claude-sandbox requests lists it)", ref))
+	}
+	uid := os.Getuid()
+	var sandboxes []control.Sandbox
+	if hasID {
+		s, err := control.Lookup(uid, os.Getenv, sbID)
+		if err != nil {
+			fmt.Fprintf(stderr, "claude-sandbox %s: %v\n", verb, err)
+			return 1
+		}
+		sandboxes = []control.Sandbox{s}
+	} else {
+		// The sandbox whose pending requests hold N: exactly one.
+		for _, s := range control.Find(uid, os.Getenv) {
+			r, ok := askCall(verb, s, control.Request{Op: control.OpRequests}, io.Discard)
+			if !ok || !r.OK {
+				continue
+			}
+			for _, q := range r.Requests {
+				if q.ID == req {
+					sandboxes = append(sandboxes, s)
+				}
+			}
+		}
+		switch len(sandboxes) {
+		case 0:
+			fmt.Fprintf(stderr, "claude-sandbox %s: no pending request %d (see claude-sandbox requests: answered, expired, or its sandbox has ended)\n", verb, req)
+			return 1
+		case 1:
+		default:
+			var ids []string
+			for _, s := range sandboxes {
+				ids = append(ids, s.ID+"/"+num)
+			}
+			fmt.Fprintf(stderr, "claude-sandbox %s: request %d is pending in %d sandboxes: name one, %s\n", verb, req, len(sandboxes), strings.Join(ids, " or "))
+			return 1
+		}
+	}
+	s := sandboxes[0]
+	r, ok := askCall(verb, s, control.Request{Op: verb, Req: req, Scope: scope.String()}, stderr)
+	if !ok {
+		if r.Error == "" {
+			fmt.Fprintf(stderr, "claude-sandbox %s: sandbox %s has ended\n", verb, s.ID)
+		}
+		return 1
+	}
+	if !r.OK {
+		fmt.Fprintf(stderr, "claude-sandbox %s: %s: %s\n", verb, s.ID, r.Error)
+		return 1
+	}
+	for _, q := range r.Requests {
+		what := "denied"
+		if verb == "approve" {
+			what = "approved (" + scope.String() + ")"
+		}
+		fmt.Fprintf(stdout, "%s: request %d: %s %s\n", s.ID, q.ID, escapeReport(q.What()), what)
+		if verb == "approve" && scope == ask.Always {
+			if err := storeAlways(q); err != nil {
+				fmt.Fprintf(stderr, "claude-sandbox approve: approved for the session, but not stored for later sandboxes: %v\n", err)
+				return 1
+			}
+		}
+	}
+	return 0
+}
+
+// errNoStore: --always has no store in this build.
+var errNoStore = errors.New("no approvals store in this build")

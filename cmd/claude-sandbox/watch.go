@@ -1,0 +1,235 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
+	"github.com/claude-sandbox/claude-sandbox/internal/control"
+)
+
+const watchHelp = `Usage: claude-sandbox watch [ID]
+
+Shows, as they come, the requests of your sandboxes run with --ask (or of
+sandbox ID) and how many flows their jails refuse, until q or Ctrl-C.
+Each new request is shown with the keys that answer it: a approves it
+for the session, o once, d denies it, s leaves it pending (claude-sandbox
+approve and deny still can). From a pipe, the same letters are read as
+lines. While a watch runs, the launchers print no notice line of their
+own for new requests.
+`
+
+// watchPoll is how often watch asks the launchers; watchQuiet how long
+// after its last poll a launcher keeps its notices quiet.
+const (
+	watchPoll  = 300 * time.Millisecond
+	watchQuiet = 3 * watchPoll
+)
+
+type watchKey struct {
+	sandbox string
+	id      int
+}
+
+func watchMain(args []string, stdout, stderr io.Writer) int {
+	f := newFlags("watch")
+	var id string
+	if len(args) > 0 && !wantsHelp(args[:1]) && len(args[0]) > 0 && args[0][0] != '-' {
+		id, args = args[0], args[1:]
+	}
+	if code, done := parseFlags(f, args, watchHelp, stdout, stderr); done {
+		return code
+	}
+	if f.NArg() > 0 {
+		return usageLine(stderr, "watch", fmt.Sprintf("unexpected argument %q", f.Arg(0)))
+	}
+	uid := os.Getuid()
+	if id != "" {
+		if _, err := control.Lookup(uid, os.Getenv, id); err != nil {
+			fmt.Fprintf(stderr, "claude-sandbox watch: %v\n", err)
+			return 1
+		}
+	}
+	// Keys: single bytes from a terminal in non-canonical mode, or
+	// letters on lines from a pipe.
+	keys := make(chan byte, 16)
+	restore, raw := rawInput(os.Stdin)
+	defer restore()
+	eol := "\n"
+	if raw {
+		eol = "\r\n" // the terminal's output still maps \n, but be plain
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		var b [1]byte
+		for {
+			n, err := os.Stdin.Read(b[:])
+			if n == 1 {
+				keys <- b[0]
+			}
+			if err != nil {
+				close(keys)
+				return
+			}
+		}
+	}()
+	var mu sync.Mutex
+	say := func(format string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(stdout, format+eol, a...)
+	}
+	say("claude-sandbox watch: keys: a approve (session), o once, d deny, s skip, q quit")
+	seen := map[watchKey]bool{}
+	blocked := map[string]int{}
+	var queue []ask.Request // shown, not yet answered here
+	paths := map[string]control.Sandbox{}
+	prompt := func() {
+		if len(queue) > 0 {
+			q := queue[0]
+			say("%s/%d: %s %s: [a]pprove, [o]nce, [d]eny, [s]kip?", q.Sandbox, q.ID, q.Proto, escapeReport(q.What()))
+		}
+	}
+	poll := func() {
+		var list []control.Sandbox
+		if id != "" {
+			if s, err := control.Lookup(uid, os.Getenv, id); err == nil {
+				list = []control.Sandbox{s}
+			}
+		} else {
+			list = control.Find(uid, os.Getenv)
+		}
+		pending := map[watchKey]bool{}
+		for _, s := range list {
+			r, err := control.Call(s.Path, control.Request{Op: control.OpRequests, Watch: true})
+			if err != nil || !r.OK {
+				continue
+			}
+			paths[s.ID] = s
+			if r.Status != nil && r.Status.Blocked != blocked[s.ID] {
+				if r.Status.Blocked > blocked[s.ID] {
+					say("%s: %d flows refused so far", s.ID, r.Status.Blocked)
+				}
+				blocked[s.ID] = r.Status.Blocked
+			}
+			for _, q := range r.Requests {
+				k := watchKey{s.ID, q.ID}
+				pending[k] = true
+				if !seen[k] {
+					seen[k] = true
+					proc := ""
+					if q.Who != nil {
+						proc = " (" + processLabel(q.Who) + ")"
+					}
+					say("%s: request %d: %s %s%s, held %d, refused at %s", s.ID, q.ID, q.Proto, escapeReport(q.What()), proc, q.Held, q.Expires.Local().Format("15:04:05"))
+					queue = append(queue, q)
+					if len(queue) == 1 {
+						prompt()
+					}
+				}
+			}
+		}
+		// Answered elsewhere, or expired: off the queue.
+		out := queue[:0]
+		head := false
+		for i, q := range queue {
+			if pending[watchKey{q.Sandbox, q.ID}] {
+				out = append(out, q)
+			} else {
+				say("%s/%d: answered elsewhere or expired", q.Sandbox, q.ID)
+				head = head || i == 0
+			}
+		}
+		queue = out
+		if head {
+			prompt()
+		}
+	}
+	answer := func(k byte) {
+		if len(queue) == 0 {
+			return
+		}
+		q := queue[0]
+		s, ok := paths[q.Sandbox]
+		if !ok {
+			return
+		}
+		req := control.Request{Op: control.OpApprove, Req: q.ID, Scope: "session"}
+		switch k {
+		case 'o':
+			req.Scope = "once"
+		case 'd':
+			req = control.Request{Op: control.OpDeny, Req: q.ID}
+		case 's':
+			say("%s/%d: left pending", q.Sandbox, q.ID)
+			queue = queue[1:]
+			prompt()
+			return
+		}
+		r, err := control.Call(s.Path, req)
+		switch {
+		case err != nil:
+			say("%s/%d: %v", q.Sandbox, q.ID, err)
+		case !r.OK:
+			say("%s/%d: %s", q.Sandbox, q.ID, r.Error)
+		case req.Op == control.OpDeny:
+			say("%s/%d: denied", q.Sandbox, q.ID)
+		default:
+			say("%s/%d: approved (%s)", q.Sandbox, q.ID, req.Scope)
+		}
+		queue = queue[1:]
+		prompt()
+	}
+	tick := time.NewTicker(watchPoll)
+	defer tick.Stop()
+	poll()
+	say("watching %d sandboxes in the ask mode", len(paths))
+	for {
+		select {
+		case <-sigs:
+			return 0
+		case k, ok := <-keys:
+			if !ok {
+				// End of input: keep watching without keys.
+				keys = nil
+				continue
+			}
+			switch k {
+			case 'q', 4: // q, Ctrl-D
+				return 0
+			case 3: // Ctrl-C with the terminal's signals off
+				return 0
+			case 'a', 'o', 'd', 's':
+				answer(k)
+			}
+		case <-tick.C:
+			poll()
+		}
+	}
+}
+
+// rawInput turns off line editing and echo on f when it is a terminal
+// (signals stay on), and returns what restores it.
+func rawInput(f *os.File) (func(), bool) {
+	fd := int(f.Fd())
+	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return func() {}, false
+	}
+	t := *old
+	t.Lflag &^= unix.ICANON | unix.ECHO
+	t.Cc[unix.VMIN], t.Cc[unix.VTIME] = 1, 0
+	if unix.IoctlSetTermios(fd, unix.TCSETS, &t) != nil {
+		return func() {}, false
+	}
+	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }, true
+}
