@@ -107,7 +107,8 @@ import (
 // Two loop timers per flow (poll.go), both run on the event loop:
 //
 //   - ackTimer, the delayed ACK: a bare ACK waits tcpAckDelay for data to
-//     ride on, unless tcpAckEvery bytes are unacknowledged.
+//     ride on, unless tcpAckEvery bytes are unacknowledged; any segment
+//     sent carries the ACK and stops the timer.
 //   - rtoTimer, one timer for four jobs by state: the dial's timeout
 //     (tcpDialing, own sockets only); the SYN-ACK's retransmission
 //     (tcpSynRcvd, tcpSynRetries times); the retransmission of host data
