@@ -290,7 +290,7 @@ func runPath(b *testing.B, p nbPath, steps []string) nbResult {
 			// A peer's own failure (Debian's 2023 pasta resets bulk
 			// uploads now and then) is a figure, not a broken benchmark;
 			// ours is not excused.
-			if p.name == "jail" {
+			if p.name == "jail" || p.name == "base" {
 				b.Fatalf("%s: %s", p.name, line)
 			}
 			b.Logf("%s: %s (figure left out)", p.name, line)
@@ -342,11 +342,49 @@ func runPath(b *testing.B, p nbPath, steps []string) nbResult {
 	if err != nil && !(peerFailed && readies == 2) {
 		b.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", p.name, err, strings.Join(lines, "\n"), stderr.String())
 	}
-	if !peerFailed && (res.up == 0 || res.down == 0 || res.rr == 0 || res.udp == 0 || res.cps == 0 || res.cpsSrv == 0) {
+	if !peerFailed && slices.Contains(res.missing(steps), 0.0) {
 		b.Fatalf("%s: incomplete output:\n%s\nstderr:\n%s", p.name, strings.Join(lines, "\n"), stderr.String())
 	}
 	b.Logf("%s: %s in %v; RSS of %s", p.name, strings.Join(lines, "; "), time.Since(t0).Round(time.Millisecond), res.rssOf)
 	return res
+}
+
+// missing returns the figures of res that steps should have given (0:
+// not given).
+func (res nbResult) missing(steps []string) []float64 {
+	var want []float64
+	for i, s := range steps {
+		switch {
+		case s == "up":
+			want = append(want, res.up)
+		case s == "down":
+			want = append(want, res.down)
+		case s == "rr":
+			want = append(want, res.rr)
+		case s == "udprr":
+			want = append(want, res.udp)
+		case s == "cps" && i+1 < len(steps) && strings.HasSuffix(steps[i+1], ":"+nbGreetC):
+			want = append(want, res.cpsSrv)
+		case s == "cps":
+			want = append(want, res.cps)
+		}
+	}
+	return want
+}
+
+// filterSteps keeps the idle steps and those named in only, each with
+// its arguments.
+func filterSteps(steps, only []string) []string {
+	arity := map[string]int{"idle": 1, "rr": 2, "udprr": 2, "up": 3, "down": 3, "cps": 2}
+	var out []string
+	for i := 0; i < len(steps); {
+		n := arity[steps[i]]
+		if steps[i] == "idle" || slices.Contains(only, steps[i]) {
+			out = append(out, steps[i:i+1+n]...)
+		}
+		i += 1 + n
+	}
+	return out
 }
 
 // startPiped starts cmd in its own process group (so a watchdog can end
@@ -431,6 +469,12 @@ func BenchmarkJailNetwork(b *testing.B) {
 		"cps", at(nbGreet), netbenchCPS,
 		"cps", at(nbGreetC), netbenchCPS,
 		"idle", netbenchIdleMS,
+	}
+	// NETBENCH_STEPS=rr,cps runs only those workload steps (the idle
+	// steps stay: they measure memory and mark the workload's ends);
+	// the figures of the others are then left out.
+	if only := os.Getenv("NETBENCH_STEPS"); only != "" {
+		steps = filterSteps(steps, strings.Split(only, ","))
 	}
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/"}
 	noPID := func() int { return 0 }
@@ -535,6 +579,15 @@ func BenchmarkJailNetwork(b *testing.B) {
 		}},
 	}
 
+	// NETBENCH_BASE=/path/to/claude-sandbox adds a path "base": the jail
+	// of that binary (an earlier build), for an A/B in the same run.
+	if base := os.Getenv("NETBENCH_BASE"); base != "" {
+		paths = append(paths, nbPath{"base", func(b *testing.B, steps []string, stderr io.Writer) (*exec.Cmd, io.Reader, func() int, func()) {
+			cmd := l.jailCmd(0, base, append([]string{"run", "--net=jail", "--", client}, steps...)...)
+			out := startPiped(b, cmd, stderr)
+			return cmd, out, func() int { return cmd.Process.Pid }, func() {}
+		}})
+	}
 	// NETBENCH_PATHS=jail,direct runs only those paths (quicker when
 	// working on one); the ratios then need both peers to mean anything.
 	if only := os.Getenv("NETBENCH_PATHS"); only != "" {

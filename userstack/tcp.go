@@ -107,7 +107,8 @@ import (
 // Two loop timers per flow (poll.go), both run on the event loop:
 //
 //   - ackTimer, the delayed ACK: a bare ACK waits tcpAckDelay for data to
-//     ride on, unless tcpAckEvery bytes are unacknowledged.
+//     ride on, unless tcpAckEvery bytes are unacknowledged; any segment
+//     sent carries the ACK and stops the timer.
 //   - rtoTimer, one timer for four jobs by state: the dial's timeout
 //     (tcpDialing, own sockets only); the SYN-ACK's retransmission
 //     (tcpSynRcvd, tcpSynRetries times); the retransmission of host data
@@ -589,7 +590,11 @@ func (f *tcpFlow) interest() uint32 {
 		ev = unix.EPOLLOUT
 	case tcpSynRcvd:
 		if !f.has(hostSpokeFirst) {
-			ev = unix.EPOLLIN // just to hear of an error: data waits
+			// To hear of an error or the host's first data (which waits
+			// for the handshake's end); as established asks, so that the
+			// handshake's end changes nothing here (an epoll_ctl less
+			// per connection).
+			ev = unix.EPOLLIN | unix.EPOLLPRI
 		}
 	case tcpEstablished:
 		if f.hostOpen() && f.space() > 0 {

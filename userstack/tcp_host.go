@@ -83,15 +83,22 @@ func (f *tcpFlow) connect(target netip.AddrPort) {
 	f.armRTO(f.st.cfg.DialTimeout)
 }
 
-// connected takes the outcome of the non-blocking connect.
-func (f *tcpFlow) connected() {
-	n, err := unix.GetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)
-	if err == nil && n != 0 {
-		err = syscall.Errno(n)
-	}
-	if err != nil {
-		f.dialFailed(err)
-		return
+// connected takes the outcome of the non-blocking connect, which events
+// (the socket's readiness) tells: writable without an error or hang-up is
+// connected (a failed connect always reports EPOLLERR: the socket's error
+// is set before it is woken), so SO_ERROR is asked only for a failure's
+// reason. A connection reset right after it was made is met by the first
+// read or write, as on any established flow.
+func (f *tcpFlow) connected(events uint32) {
+	if events&(unix.EPOLLERR|unix.EPOLLHUP) != 0 || events&unix.EPOLLOUT == 0 {
+		n, err := unix.GetsockoptInt(f.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err == nil && n != 0 {
+			err = syscall.Errno(n)
+		}
+		if err != nil {
+			f.dialFailed(err)
+			return
+		}
 	}
 	f.stopRTO()
 	f.hostUp()
@@ -274,7 +281,7 @@ func (f *tcpFlow) pollReady(events uint32) {
 	case tcpClosed:
 		return
 	case tcpDialing:
-		f.connected()
+		f.connected(events)
 		return
 	case tcpSynRcvd:
 		if events&unix.EPOLLERR != 0 {
@@ -283,6 +290,9 @@ func (f *tcpFlow) pollReady(events uint32) {
 			return
 		}
 		f.flags |= hostSpokeFirst // read once the sandbox completes its handshake
+		if events&unix.EPOLLPRI != 0 {
+			f.flags |= urgFromHost // and its urgent byte marked then
+		}
 		return
 	}
 	if events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 && f.has(pendWaiting) && f.peek == nil {

@@ -115,9 +115,18 @@ func (f *tcpFlow) seg(flags header.TCPFlags, seq seqnum.Value) tcpSegment {
 }
 
 // write sends seg; every segment carries the current ACK, so a delayed
-// one is no longer due.
+// one is no longer due, and its timer stops. Left armed, it woke the
+// loop for nothing once a millisecond on a request/response flow (the
+// reply had carried the ACK), and when it ran out while a later request
+// waited for its reply it sent a bare ACK before the reply could carry
+// it: on the 1-byte round trip a wake-up every few round trips and a
+// write and a TUN packet for about one in four.
 func (f *tcpFlow) write(seg *tcpSegment, payload []byte) {
 	f.rcvAcked = f.rcvNxt
+	if f.has(ackTimerArmed) {
+		f.flags &^= ackTimerArmed
+		f.st.poll.stop(&f.ackTimer)
+	}
 	if err := f.st.writeTCP(seg, payload); err != nil {
 		// A full or closed device: retransmission covers the first,
 		// the flow's end the second.

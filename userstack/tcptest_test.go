@@ -619,6 +619,35 @@ func TestTCPKeepalivesAreNotDuplicateAcks(t *testing.T) {
 	c.expect(flagsAre(header.TCPFlagAck|header.TCPFlagPsh), seqIs(c.rcvd), payloadIs([]byte("abc")))
 }
 
+// A reply carries the ACK of the request it answers, and the delayed
+// ACK's timer stops with it: left armed, it woke the event loop a
+// millisecond after each request for nothing (or, with the next request
+// already waiting for its reply, sent that request's ACK bare before the
+// reply could carry it).
+func TestTCPReplyStopsDelayedAck(t *testing.T) {
+	c := newTCPTest(t, nil)
+	c.connect(noSynOpts, 0xffff)
+	for i := range 3 {
+		c.data([]byte{'q', byte('0' + i)}, header.TCPFlagPsh)
+		c.hostGets([]byte{'q', byte('0' + i)})
+		c.hostWrite([]byte{'r', byte('0' + i)})
+		c.expect(flagsAre(header.TCPFlagAck|header.TCPFlagPsh), ackIs(c.nxt), payloadIs([]byte{'r', byte('0' + i)}))
+		c.rcvd = c.rcvd.Add(2)
+		f := c.flow()
+		f.mu.Lock()
+		armed := f.has(ackTimerArmed)
+		f.mu.Unlock()
+		p := c.h.st.poll
+		p.mu.Lock()
+		queued := f.ackTimer.idx >= 0
+		p.mu.Unlock()
+		if armed || queued {
+			t.Fatalf("round trip %d: the reply carried the ACK, but the delayed ACK is still armed (flag %v, timer queued %v)", i, armed, queued)
+		}
+	}
+	c.barrier("after three round trips: no bare ACK")
+}
+
 // A bare segment past the relay's window still counts for its ACK (the
 // relay's window can shrink under memory pressure, and a sender's ACKs
 // from beyond the new edge must not be lost; RFC 9293 would drop it): it

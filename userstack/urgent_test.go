@@ -110,3 +110,76 @@ func TestNativeTCPUrgentData(t *testing.T) {
 		}
 	})
 }
+
+// The server's urgent byte sent before the sandbox's handshake ends (a
+// server that speaks first, at once) is still marked when it goes to the
+// sandbox: the relay hears of it while the SYN-ACK waits for its ACK, and
+// the read after the handshake stops at its mark. It went unmarked before
+// (the wait for the handshake watched for data only, and the first read
+// took the byte in line before the urgent event was looked at).
+func TestNativeTCPUrgentBeforeHandshakeEnds(t *testing.T) {
+	inPrivateNetns(t, func() {
+		ln, err := net.Listen("tcp4", netip.AddrPortFrom(nsServer, 8091).String())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ln.Close()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				c = nil
+			}
+			accepted <- c
+		}()
+		h := newNativeHarness(t, 5*time.Second)
+		src := netip.AddrPortFrom(jail4, 42011)
+		dst := netip.AddrPortFrom(nsServer, 8091)
+		h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagSyn, seq: 100}.bytes())
+		iss := readOut(t, h.ep).tcp().SequenceNumber()
+		c := <-accepted
+		if c == nil {
+			t.Error("no connection")
+			return
+		}
+		defer c.Close()
+		rc, err := c.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var werr error
+		_ = rc.Control(func(fd uintptr) { _, werr = unix.SendmsgN(int(fd), []byte("z"), nil, nil, unix.MSG_OOB) })
+		if werr != nil {
+			t.Error(werr)
+			return
+		}
+		// Until the relay has heard of the host's data (failsafe bound,
+		// not a timing assertion).
+		spoke := func() bool {
+			h.st.mu.Lock()
+			f := h.st.tcp[flowKey{src: src, dst: dst}]
+			h.st.mu.Unlock()
+			if f == nil {
+				return false
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.has(hostSpokeFirst)
+		}
+		for i := 0; !spoke(); i++ {
+			if i == 4000 {
+				t.Error("the relay never heard of the host's first byte")
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck, seq: 101, ack: iss + 1}.bytes())
+		o := readOut(t, h.ep)
+		p := o.tcpPayload()
+		if string(p) != "z" || !o.tcp().Flags().Contains(header.TCPFlagUrg) || o.tcp().UrgentPointer() != 1 {
+			t.Errorf("the sandbox got %q with %v, urgent pointer %d; want z marked urgent (pointer 1)", p, o.tcp().Flags(), o.tcp().UrgentPointer())
+		}
+	})
+}
