@@ -115,6 +115,10 @@ type Jail struct {
 	closed       atomic.Bool
 	failedClosed atomic.Bool
 
+	// The process behind a flow (owner.go).
+	own        owners
+	auditFlows *auditFlows // nil: no audit log
+
 	// Reach changed while running (reach_live.go).
 	names *liveNames // nil: no domain allowlist, or not yet attached
 	reach reachState // under upd
@@ -181,6 +185,11 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		return err
 	}
 	socks.Links = r.Links
+	if err := j.attachDiag(files[netchild.FileDiag]); err != nil {
+		socks.Route.Close()
+		socks.Netfilter.Close()
+		return err
+	}
 	conn := routes.NewConn(socks)
 	sinkDev, err := dupFile(files[netchild.FileSink], true)
 	if err != nil {
@@ -261,7 +270,7 @@ func (j *Jail) ipv6Ready() func() <-chan struct{} {
 // blocked range costs a bounded number of records, the rest counted in
 // st.BlocksDropped for the summary), and reach record from there.
 func (j *Jail) newSink(dev *os.File, st *userstack.Stack) *sink {
-	return &sink{dev: dev, pol: j.setup.Policy, record: st.RecordBlock}
+	return &sink{dev: dev, pol: j.setup.Policy, record: st.RecordBlock, owner: j.blockOwner}
 }
 
 // maxViaDefaultNamed bounds the routes the summary's hint names.
@@ -285,6 +294,9 @@ func (j *Jail) record(b netpolicy.Block) {
 	if b.Time.IsZero() {
 		b.Time = time.Now()
 	}
+	// A block of the stack's (the sink's looked its owner up already):
+	// the destination must name the socket.
+	j.blockOwner(&b, netip.AddrPort{})
 	j.mu.Lock()
 	j.tally.Add(b)
 	if p, ok := netpolicy.ViaDefaultRoute(b.Rule); ok && len(j.viaDefault) < maxViaDefaultNamed && !slices.Contains(j.viaDefault, p) {
@@ -360,6 +372,8 @@ func (j *Jail) Close() {
 			stEvicts = int(st.UDPEvictions())
 		}
 		j.pubWG.Wait()
+		j.auditFlows.close()
+		j.closeOwners()
 		j.mu.Lock()
 		if j.watchSock != nil {
 			j.watchSock.Close()

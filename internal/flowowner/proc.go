@@ -18,18 +18,6 @@ type Owner struct {
 	Cwd  string   `json:"cwd,omitempty"`
 }
 
-// Label is the owner's short name for a summary: "nc, pid 42".
-func (o Owner) Label() string {
-	name := "?"
-	if len(o.Argv) > 0 {
-		name = o.Argv[0]
-		if i := strings.LastIndexByte(name, '/'); i >= 0 && i < len(name)-1 {
-			name = name[i+1:]
-		}
-	}
-	return name + ", pid " + strconv.Itoa(o.PID)
-}
-
 // Bounds of what is read from /proc.
 const (
 	maxCmdline  = 4096 // bytes of /proc/PID/cmdline read
