@@ -37,6 +37,7 @@ type owners struct {
 	diag    *flowowner.Diag
 	initPID atomic.Int64
 	procFD  atomic.Int64 // the sandbox's /proc, open (0: not yet)
+	last    atomic.Int64 // the pid found last (looked at first)
 	window  atomic.Int64 // the second the count is of
 	count   atomic.Int64
 }
@@ -64,7 +65,11 @@ func (j *Jail) FlowOwner(proto string, src, dst netip.AddrPort) (Owner, bool) {
 	if proc < 0 {
 		return Owner{}, false
 	}
-	return flowowner.FindSocket(proc, ino)
+	o, ok := flowowner.FindSocket(proc, ino, int(j.own.last.Load()))
+	if ok {
+		j.own.last.Store(int64(o.PID))
+	}
+	return o, ok
 }
 
 // ownerAllowed reports whether one more lookup fits this second's bound.

@@ -44,21 +44,56 @@ type Sock struct {
 	Inode  uint32
 }
 
+// liveTCP are the TCP states a flow's socket with an owner may be in:
+// not TIME_WAIT (no process holds it; a busy sandbox has thousands),
+// not LISTEN or SYN_RECV (not a flow out).
+const liveTCP = 1<<1 | 1<<2 | 1<<4 | 1<<5 | 1<<7 | 1<<8 | 1<<9 | 1<<11 // ESTABLISHED SYN_SENT FIN_WAIT1 FIN_WAIT2 CLOSE CLOSE_WAIT LAST_ACK CLOSING
+
 // EncodeRequest returns a dump request (NLM_F_REQUEST|NLM_F_DUMP) for
-// every socket of protocol proto (unix.IPPROTO_TCP, IPPROTO_UDP) and
-// family (AF_INET, AF_INET6), in every state, with sequence number seq.
-func EncodeRequest(family, proto uint8, seq uint32) []byte {
+// the sockets of protocol proto (unix.IPPROTO_TCP, IPPROTO_UDP) and
+// family (AF_INET, AF_INET6) in the given states (a bit each: 1<<state),
+// with sequence number seq.
+func EncodeRequest(family, proto uint8, states uint32, seq uint32) []byte {
+	return encode(family, proto, states, seq, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, netip.AddrPort{}, netip.AddrPort{})
+}
+
+// EncodeExact returns a request for the one socket of protocol proto
+// whose local end is src and remote end dst, both of family (AF_INET:
+// IPv4 addresses; AF_INET6: IPv6, an IPv4 one given v4-mapped). The
+// kernel looks it up in its hash tables: no dump.
+func EncodeExact(family, proto uint8, src, dst netip.AddrPort, seq uint32) []byte {
+	return encode(family, proto, allStates, seq, unix.NLM_F_REQUEST, src, dst)
+}
+
+func encode(family, proto uint8, states, seq uint32, flags uint16, src, dst netip.AddrPort) []byte {
 	b := make([]byte, nlmsgHdrLen+reqLen)
 	binary.NativeEndian.PutUint32(b[0:], uint32(len(b)))
 	binary.NativeEndian.PutUint16(b[4:], sockDiagType)
-	binary.NativeEndian.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	binary.NativeEndian.PutUint16(b[6:], flags)
 	binary.NativeEndian.PutUint32(b[8:], seq)
 	r := b[nlmsgHdrLen:]
 	r[0], r[1] = family, proto
-	binary.NativeEndian.PutUint32(r[4:], allStates)
-	// The socket id stays zero (a dump); its cookie says "none".
-	binary.NativeEndian.PutUint32(r[8+40:], ^uint32(0))
-	binary.NativeEndian.PutUint32(r[8+44:], ^uint32(0))
+	binary.NativeEndian.PutUint32(r[4:], states)
+	id := r[8:]
+	binary.BigEndian.PutUint16(id[0:], src.Port())
+	binary.BigEndian.PutUint16(id[2:], dst.Port())
+	put := func(at []byte, a netip.Addr) {
+		if !a.IsValid() {
+			return
+		}
+		if family == unix.AF_INET6 {
+			a16 := a.As16()
+			copy(at, a16[:])
+			return
+		}
+		a4 := a.Unmap().As4()
+		copy(at, a4[:])
+	}
+	put(id[4:20], src.Addr())
+	put(id[20:36], dst.Addr())
+	// No cookie.
+	binary.NativeEndian.PutUint32(id[40:], ^uint32(0))
+	binary.NativeEndian.PutUint32(id[44:], ^uint32(0))
 	return b
 }
 
@@ -227,16 +262,37 @@ func (d *Diag) Close() {
 // more is not searched further).
 const maxSocks = 1 << 16
 
-// Dump returns every socket of family and proto.
-func (d *Diag) Dump(family, proto uint8) ([]Sock, error) {
+// Dump returns the sockets of family and proto in states.
+func (d *Diag) Dump(family, proto uint8, states uint32) ([]Sock, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.seq++
+	return d.ask(EncodeRequest(family, proto, states, d.seq), d.seq, true)
+}
+
+// Exact returns the inode of the socket of proto from src to dst (0:
+// none), looked up by the kernel (EncodeExact).
+func (d *Diag) Exact(family, proto uint8, src, dst netip.AddrPort) (uint32, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.seq++
+	socks, err := d.ask(EncodeExact(family, proto, src, dst, d.seq), d.seq, false)
+	if errors.Is(err, unix.ENOENT) {
+		return 0, nil
+	}
+	if err != nil || len(socks) != 1 {
+		return 0, err
+	}
+	return socks[0].Inode, nil
+}
+
+// ask sends req and reads its reply: until NLMSG_DONE for a dump, one
+// datagram otherwise (d.mu held).
+func (d *Diag) ask(req []byte, seq uint32, dump bool) ([]Sock, error) {
 	if d.fd < 0 {
 		return nil, errors.New("sock_diag: closed")
 	}
-	d.seq++
-	seq := d.seq
-	if err := unix.Sendto(d.fd, EncodeRequest(family, proto, seq), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := unix.Sendto(d.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, err
 	}
 	if d.buf == nil {
@@ -255,15 +311,18 @@ func (d *Diag) Dump(family, proto uint8) ([]Sock, error) {
 		if len(all) < maxSocks {
 			all = append(all, socks...)
 		}
-		if err != nil || done {
+		if err != nil || done || !dump {
 			return all, err
 		}
 	}
 }
 
 // Find returns the inode of the socket of a flow of proto ("tcp" or
-// "udp") from src to dst (Match), asking both families for an IPv4 flow
-// (an IPv6 socket may carry it, v4-mapped).
+// "udp") from src to dst, asking both families for an IPv4 flow (an
+// IPv6 socket may carry it, v4-mapped): a TCP flow with its source
+// known by the kernel's lookup in its hash tables; otherwise a dump of
+// the protocol's sockets (TCP's in the states a flow with an owner may
+// be in) matched here (Match).
 func (d *Diag) Find(proto string, src, dst netip.AddrPort) (uint32, error) {
 	var p uint8
 	switch proto {
@@ -279,7 +338,21 @@ func (d *Diag) Find(proto string, src, dst netip.AddrPort) (uint32, error) {
 		fams = []uint8{unix.AF_INET, unix.AF_INET6}
 	}
 	for _, fam := range fams {
-		socks, err := d.Dump(fam, p)
+		if p == unix.IPPROTO_TCP && src.IsValid() {
+			if fam == unix.AF_INET && !src.Addr().Unmap().Is4() {
+				continue
+			}
+			ino, err := d.Exact(fam, p, src, dst)
+			if err != nil || ino != 0 {
+				return ino, err
+			}
+			continue
+		}
+		states := uint32(allStates)
+		if p == unix.IPPROTO_TCP {
+			states = liveTCP
+		}
+		socks, err := d.Dump(fam, p, states)
 		if err != nil {
 			return 0, err
 		}

@@ -42,7 +42,7 @@ func diagMsg(local, remote netip.AddrPort, inode uint32) []byte {
 }
 
 func TestEncodeRequest(t *testing.T) {
-	b := EncodeRequest(unix.AF_INET6, unix.IPPROTO_UDP, 7)
+	b := EncodeRequest(unix.AF_INET6, unix.IPPROTO_UDP, allStates, 7)
 	if len(b) != nlmsgHdrLen+56 || int(binary.NativeEndian.Uint32(b)) != len(b) {
 		t.Fatalf("length %d, want %d", len(b), nlmsgHdrLen+56)
 	}
@@ -193,7 +193,7 @@ func TestFindSelf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(proc)
-	o, ok := FindSocket(proc, ino)
+	o, ok := FindSocket(proc, ino, 0)
 	if !ok || o.PID != os.Getpid() {
 		t.Fatalf("FindSocket: %+v %v, want pid %d", o, ok, os.Getpid())
 	}
@@ -201,7 +201,75 @@ func TestFindSelf(t *testing.T) {
 	if len(o.Argv) == 0 || filepath.Base(o.Argv[0]) != filepath.Base(os.Args[0]) || o.Cwd != wd {
 		t.Fatalf("owner %+v, want argv[0] %q, cwd %q", o, os.Args[0], wd)
 	}
-	if _, ok := FindSocket(proc, 1); ok {
+	if _, ok := FindSocket(proc, 1, 0); ok {
 		t.Error("found a process holding socket inode 1")
+	}
+}
+
+// BenchmarkLookup is one owner lookup, as the jail makes it for each
+// flow while the audit log is on: a socket diagnostics dump of this
+// namespace's UDP sockets, matched, then a scan of /proc for the inode.
+// This test's /proc is the whole host's (a sandbox's holds only its own
+// processes): an upper bound.
+func BenchmarkLookup(b *testing.B) {
+	c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
+	dst := netip.MustParseAddrPort("127.0.0.1:9")
+	fd, err := OpenDiag()
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := NewDiag(fd)
+	defer d.Close()
+	proc, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Close(proc)
+	pids, _ := listPIDs(proc)
+	b.Run("sock_diag", func(b *testing.B) {
+		for range b.N {
+			if ino, err := d.Find("udp", local, dst); err != nil || ino == 0 {
+				b.Fatal(ino, err)
+			}
+		}
+	})
+	ino, _ := d.Find("udp", local, dst)
+	b.Run("proc", func(b *testing.B) {
+		for range b.N {
+			if _, ok := FindSocket(proc, ino, 0); !ok {
+				b.Fatal("not found")
+			}
+		}
+		b.ReportMetric(float64(len(pids)), "processes")
+	})
+	b.Run("proc-hint", func(b *testing.B) {
+		for range b.N {
+			if _, ok := FindSocket(proc, ino, os.Getpid()); !ok {
+				b.Fatal("not found")
+			}
+		}
+	})
+}
+
+func TestEncodeExact(t *testing.T) {
+	src := netip.MustParseAddrPort("10.0.0.2:40000")
+	dst := netip.MustParseAddrPort("10.1.2.3:5064")
+	b := EncodeExact(unix.AF_INET, unix.IPPROTO_TCP, src, dst, 3)
+	if binary.NativeEndian.Uint16(b[6:])&unix.NLM_F_DUMP != 0 {
+		t.Error("an exact request asks for a dump")
+	}
+	id := b[nlmsgHdrLen+8:]
+	if binary.BigEndian.Uint16(id) != 40000 || binary.BigEndian.Uint16(id[2:]) != 5064 || netip.AddrFrom4([4]byte(id[4:8])) != src.Addr() || netip.AddrFrom4([4]byte(id[20:24])) != dst.Addr() {
+		t.Errorf("socket id %x", id[:36])
+	}
+	b = EncodeExact(unix.AF_INET6, unix.IPPROTO_TCP, src, dst, 3)
+	id = b[nlmsgHdrLen+8:]
+	if got := netip.AddrFrom16([16]byte(id[4:20])); got != netip.MustParseAddr("::ffff:10.0.0.2") {
+		t.Errorf("v4-mapped source %v", got)
 	}
 }

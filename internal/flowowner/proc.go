@@ -97,14 +97,23 @@ func ParseCmdline(b []byte) []string {
 // socket inode, and returns it with its argv and working directory. Only
 // numeric entries are looked at; nothing is followed: the fd links are
 // read, not opened. ok is false when no process holds it (any more).
-func FindSocket(procFD int, inode uint32) (o Owner, ok bool) {
+//
+// hint, when not 0, is a pid to look at first (the process that owned
+// the last flow: most flows come from a few processes).
+func FindSocket(procFD int, inode uint32, hint int) (o Owner, ok bool) {
+	want := "socket:[" + strconv.FormatUint(uint64(inode), 10) + "]"
+	links := 0
+	if hint > 0 && holds(procFD, hint, want, &links) {
+		return Describe(procFD, hint), true
+	}
 	pids, err := listPIDs(procFD)
 	if err != nil {
 		return Owner{}, false
 	}
-	want := "socket:[" + strconv.FormatUint(uint64(inode), 10) + "]"
-	links := 0
 	for _, pid := range pids {
+		if pid == hint {
+			continue
+		}
 		if holds(procFD, pid, want, &links) {
 			return Describe(procFD, pid), true
 		}
@@ -164,12 +173,13 @@ func holds(procFD, pid int, want string, links *int) bool {
 	if err != nil {
 		return false
 	}
+	buf := make([]byte, len(want)+1)
 	for _, n := range names {
 		*links++
 		if *links > maxReadlink {
 			return false
 		}
-		if t, ok := readlink(procFD, dir+"/"+n, len(want)+1); ok && t == want {
+		if k, err := unix.Readlinkat(procFD, dir+"/"+n, buf); err == nil && k == len(want) && string(buf[:k]) == want {
 			return true
 		}
 	}
