@@ -93,8 +93,10 @@ func TestHostileStore(t *testing.T) {
 		"huge": func() error {
 			return os.WriteFile(path, append(good[:len(good)-2], []byte(strings.Repeat(" ", MaxFileSize)+"}\n")...), 0o600)
 		},
-		"bad json":        func() error { return os.WriteFile(path, []byte(`{"v":1,"workspace":`), 0o600) },
-		"other workspace": func() error { return os.WriteFile(path, []byte(strings.Replace(string(good), canon, "/elsewhere", 1)), 0o600) },
+		"bad json": func() error { return os.WriteFile(path, []byte(`{"v":1,"workspace":`), 0o600) },
+		"other workspace": func() error {
+			return os.WriteFile(path, []byte(strings.Replace(string(good), canon, "/elsewhere", 1)), 0o600)
+		},
 		"bad entry": func() error {
 			return os.WriteFile(path, []byte(strings.Replace(string(good), "pypi.org", "not a domain!", 1)), 0o600)
 		},
