@@ -62,6 +62,8 @@ func subcommandHelp(name string) (string, bool) {
 		return psHelp, true
 	case "allow", "revoke":
 		return allowHelp, true
+	case "approvals":
+		return approvalsHelp, true
 	}
 	return "", false
 }
@@ -105,6 +107,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return psMain(args[1:], stdout, stderr)
 	case "allow", "revoke":
 		return allowMain(args[0], args[1:], stdout, stderr)
+	case "approvals":
+		return approvalsMain(args[1:], stdout, stderr)
 	case "completion":
 		return completionMain(args[1:], stdout, stderr)
 	case "man":
@@ -237,6 +241,12 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			}
 		}()
 	}
+	// Reach approved always for this workspace joins the allowlist.
+	workspace := x.workspace
+	if workspace == "" {
+		workspace = opts.Cwd
+	}
+	approved := applyApprovals(&opts, workspace, func(w string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", w) })
 	var setup *jail.Setup
 	if opts.Net == "" || opts.Net == plan.NetJail {
 		facts, err := jail.DiscoverHost("/etc/resolv.conf")
@@ -279,6 +289,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		return fail(2, "claude-sandbox %s: %v", verb, err)
 	}
 	if setup != nil {
+		p.Egress.Approved = approved
 		p.Egress.Routes = strings.Split(strings.TrimSuffix(setup.Routes.String(), "\n"), "\n")
 		if len(p.Egress.HostPorts) > 0 {
 			gw := setup.Gateway
@@ -351,7 +362,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	// The control socket (claude-sandbox ps, allow, revoke), before the
 	// start: the started line names its id.
-	cs := &control.Launcher{ID: sandboxID, Command: opts.Command, Cwd: p.Dir, Workspace: x.workspace, Net: string(opts.Net), Started: time.Now()}
+	cs := &control.Launcher{ID: sandboxID, Command: opts.Command, Cwd: p.Dir, Workspace: workspace, Net: string(opts.Net), Started: time.Now()}
 	if j, ok := nopts.Jail.(*jail.Jail); ok {
 		cs.Jail = j
 	}
@@ -381,6 +392,9 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	if o := openings(p); o != "" {
 		fmt.Fprintln(stderr, "claude-sandbox:", o)
+	}
+	if a := approvedSummary(approved); a != "" {
+		fmt.Fprintln(stderr, "claude-sandbox:", a)
 	}
 	return code
 }

@@ -300,6 +300,8 @@ var commands = []command{
 		options: func() []option { f, _, _, _ := newAllowFlags("allow"); return flagOptions(f) }},
 	{name: "revoke", usage: "revoke ID --ip ADDR|CIDR | --domain NAME[:PORT]", summary: "take back reach from a running sandbox",
 		options: func() []option { f, _, _, _ := newAllowFlags("revoke"); return flagOptions(f) }},
+	{name: "approvals", usage: "approvals [--json] [--workspace DIR] | remove N|ENTRY", summary: "list or remove reach approved always for a workspace",
+		options: func() []option { f, _, _ := newApprovalsFlags(); return flagOptions(f) }},
 	{name: "version", usage: "version [--json]", summary: "print the version (also --version, -V)",
 		options: func() []option { f, _ := newVersionFlags(); return flagOptions(f) }},
 	{name: "completion", usage: "completion bash|zsh|fish", summary: "print the shell completion script", args: "shells"},
