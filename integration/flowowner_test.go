@@ -82,6 +82,20 @@ func TestFlowOwnerAudit(t *testing.T) {
 			t.Errorf("a control sequence of the sandbox's argv reached the terminal")
 		}
 
+		// A refused UDP flow (the socket stays open while the probe
+		// waits for its answer).
+		audit = filepath.Join(dir, "udp.jsonl")
+		r = testutil.Run(t, l.jailCmd(uid, bin, "run", "--audit-log", audit, "--", probe, "udp", labDevice+":5065", "udp-mark"))
+		var udp map[string]any
+		for _, f := range auditFlows(t, audit) {
+			if f["verdict"] == "refused" && f["proto"] == "udp" && f["addr"] == labDevice {
+				udp = f
+			}
+		}
+		if udp == nil || !slices.Contains(argvOf(udp), "udp-mark") {
+			t.Errorf("the refused UDP flow's record: %v\n%s", udp, r.Stderr)
+		}
+
 		// Allowed: the lab's internet; the server answers once the
 		// audit log holds the flow.
 		release := make(chan struct{})
@@ -121,6 +135,30 @@ func TestFlowOwnerAudit(t *testing.T) {
 		argv = argvOf(allowed)
 		if pid, _ := allowed["pid"].(float64); pid < 1 || !slices.Contains(argv, "allowed-mark") || filepath.Base(argv[0]) != "probe" {
 			t.Errorf("allowed flow's process: %v", allowed)
+		}
+	})
+}
+
+// TestFlowOwnerIPv6: the process behind refused IPv6 flows (TCP and UDP,
+// to a unique-local lab device) is found too.
+func TestFlowOwnerIPv6(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.addIPv6()
+		bin := testutil.Build(t, "./cmd/claude-sandbox")
+		probe := testutil.Build(t, "./integration/probe")
+		dir := testutil.MkdirFor(t, uid)
+		for _, proto := range []string{"tcp", "udp"} {
+			audit := filepath.Join(dir, proto+".jsonl")
+			r := testutil.Run(t, l.jailCmd(uid, bin, "run", "--audit-log", audit, "--", probe, proto, "["+labDevice6+"]:22", proto+"6-mark"))
+			var rec map[string]any
+			for _, f := range auditFlows(t, audit) {
+				if f["verdict"] == "refused" && f["proto"] == proto && f["addr"] == labDevice6 {
+					rec = f
+				}
+			}
+			if rec == nil || !slices.Contains(argvOf(rec), proto+"6-mark") {
+				t.Errorf("%s: the refused flow's record: %v\n%+v", proto, rec, r)
+			}
 		}
 	})
 }
