@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/approvals"
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 	"golang.org/x/sys/unix"
 )
@@ -151,6 +153,41 @@ func TestApprovalsAlways(t *testing.T) {
 		}
 		if got := approvedIn(jailed("plan", "--json", "--", "true")); len(got) != 0 {
 			t.Errorf("approved after remove: %v", got)
+		}
+	})
+}
+
+// TestApprovalsShadow: the shadow's session in a workspace with an
+// approval reaches the approved address, and its exit summary names it.
+func TestApprovalsShadow(t *testing.T) {
+	jailUsers(t, func(t *testing.T, l *lab, uid int) {
+		l.echoTCP(l.world, labDevice+":5064")
+		probe := testutil.Build(t, "./integration/probe")
+		fake := fmt.Sprintf("#!/bin/sh\necho \"device: $(%s tcp %s:5064)\"\n", probe, labDevice)
+		prelude, claude := shadowHost(t, "", fake)
+		home := testutil.MkdirFor(t, uid)
+		ws := home + "/project"
+		must(t, os.MkdirAll(ws, 0o755))
+		must(t, os.Chown(ws, uid, uid))
+		state := filepath.Join(home, ".local", "state")
+		s := approvals.Store{Dir: filepath.Join(state, "claude-sandbox", "approvals")}
+		if _, err := s.Add(ws, approvals.Entry{Kind: approvals.IP, Value: labDevice}); err != nil {
+			t.Fatal(err)
+		}
+		must(t, filepath.Walk(filepath.Join(home, ".local"), func(p string, _ os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, uid, uid)
+		}))
+		env := []string{"HOME=" + home, "USER=tester", "PATH=/usr/bin:/bin"}
+		inner := fmt.Sprintf("%s && mount -t tmpfs none /dev/net && mknod -m 666 /dev/net/tun c 10 200 && cd %s && exec setpriv --reuid=%d --regid=%d --clear-groups -- env -i %s %s -p x",
+			prelude, ws, uid, uid, strings.Join(env, " "), claude)
+		cmd := exec.Command("ip", "netns", "exec", l.host, "sh", "-c", inner)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		r := testutil.Run(t, cmd)
+		if !strings.Contains(r.Stdout, "device: ok") || !strings.Contains(r.Stderr, "approved always: "+labDevice+"/32") {
+			t.Errorf("the shadow's session with an approval: %v", r)
 		}
 	})
 }
