@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,9 @@ const maxOwnerLookups = 500
 
 // owners is the jail's lookup state.
 type owners struct {
+	// mu is held (read) by each lookup and (write) by closeOwners: the
+	// descriptors are not closed, and their numbers reused, under one.
+	mu      sync.RWMutex
 	diag    *flowowner.Diag
 	initPID atomic.Int64
 	procFD  atomic.Int64 // the sandbox's /proc, open (0: not yet)
@@ -53,8 +57,10 @@ func (j *Jail) SetInitPID(pid int) { j.own.initPID.Store(int64(pid)) }
 // reads the kernel's socket diagnostics and the sandbox's /proc, so it is
 // not for a packet path: call it off the stack's loop.
 func (j *Jail) FlowOwner(proto string, src, dst netip.AddrPort) (Owner, bool) {
+	j.own.mu.RLock()
+	defer j.own.mu.RUnlock()
 	d := j.own.diag
-	if d == nil || j.closed.Load() {
+	if d == nil || j.closed.Load() || j.own.procFD.Load() < 0 {
 		return Owner{}, false
 	}
 	ino, err := d.Find(proto, src, dst)
@@ -150,6 +156,8 @@ func (j *Jail) attachDiag(f *os.File) error {
 
 // closeOwners closes the lookup's socket and /proc.
 func (j *Jail) closeOwners() {
+	j.own.mu.Lock()
+	defer j.own.mu.Unlock()
 	if j.own.diag != nil {
 		j.own.diag.Close()
 	}
