@@ -57,11 +57,13 @@ func BenchmarkFlowOwnerCPS(b *testing.B) {
 		b.Fatalf("no cps figure in %q", out)
 		return 0, 0
 	}
-	var off, on, offP50, onP50, was, wasP50 []float64
+	var off, on, offP50, onP50, was, wasP50, wasOn, wasOnP50 []float64
 	for i := 0; i < b.N; i++ {
 		if base != "" {
 			r, p := run("base")
 			was, wasP50 = append(was, r), append(wasP50, p)
+			r, p = run("base", "--audit-log", filepath.Join(dir, "base-audit-"+strconv.Itoa(i)+".jsonl"))
+			wasOn, wasOnP50 = append(wasOn, r), append(wasOnP50, p)
 		}
 		r, p := run()
 		off, offP50 = append(off, r), append(offP50, p)
@@ -74,7 +76,7 @@ func BenchmarkFlowOwnerCPS(b *testing.B) {
 	}
 	if base != "" {
 		b.ReportMetric(med(was), "base-conn/s")
-		b.Logf("the base binary, audit log off: %.0f (p50 %.0f us); runs %v", med(was), med(wasP50), was)
+		b.Logf("the base binary: audit log off %.0f (p50 %.0f us), on %.0f (p50 %.0f us); off runs %v, on runs %v", med(was), med(wasP50), med(wasOn), med(wasOnP50), was, wasOn)
 	}
 	b.ReportMetric(med(off), "off-conn/s")
 	b.ReportMetric(med(on), "audit-conn/s")
