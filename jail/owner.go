@@ -29,9 +29,14 @@ import (
 // working directory, bounded and escaped.
 type Owner = flowowner.Owner
 
-// maxOwnerLookups bounds the lookups a second (a flood of flows costs a
-// bounded amount of scanning; the rest are recorded without an owner).
-const maxOwnerLookups = 500
+// maxOwnerLookups bounds the lookups a second, and maxOwnerTime the
+// time they take in a second (a flood of flows, or a sandbox holding a
+// great many descriptors to scan, costs the launcher a bounded share of
+// a CPU; the rest are recorded without an owner).
+const (
+	maxOwnerLookups = 500
+	maxOwnerTime    = 100 * time.Millisecond
+)
 
 // owners is the jail's lookup state.
 type owners struct {
@@ -44,6 +49,7 @@ type owners struct {
 	last    atomic.Int64 // the pid found last (looked at first)
 	window  atomic.Int64 // the second the count is of
 	count   atomic.Int64
+	spent   atomic.Int64 // nanoseconds spent looking up in that second
 }
 
 // SetInitPID tells the jail the pid of the sandbox's init (in the
@@ -83,8 +89,17 @@ func (j *Jail) ownerAllowed() bool {
 	now := time.Now().Unix()
 	if w := j.own.window.Load(); w != now && j.own.window.CompareAndSwap(w, now) {
 		j.own.count.Store(0)
+		j.own.spent.Store(0)
 	}
-	return j.own.count.Add(1) <= maxOwnerLookups
+	return j.own.spent.Load() < int64(maxOwnerTime) && j.own.count.Add(1) <= maxOwnerLookups
+}
+
+// boundedOwner is FlowOwner counted against this second's time bound.
+func (j *Jail) boundedOwner(proto string, src, dst netip.AddrPort) (Owner, bool) {
+	t0 := time.Now()
+	o, ok := j.FlowOwner(proto, src, dst)
+	j.own.spent.Add(int64(time.Since(t0)))
+	return o, ok
 }
 
 // blockOwner fills in b's process, when a lookup is allowed and finds it.
@@ -101,7 +116,7 @@ func (j *Jail) blockOwner(b *netpolicy.Block, src netip.AddrPort) {
 	default:
 		return
 	}
-	if o, ok := j.FlowOwner(proto, src, b.Dst); ok {
+	if o, ok := j.boundedOwner(proto, src, b.Dst); ok {
 		b.PID, b.Argv, b.Cwd = o.PID, o.Argv, o.Cwd
 	}
 }
@@ -215,7 +230,7 @@ func (a *auditFlows) run() {
 	for q := range a.ch {
 		var o Owner
 		if a.j.ownerAllowed() {
-			o, _ = a.j.FlowOwner("tcp", q.f.Src, q.f.Dst)
+			o, _ = a.j.boundedOwner("tcp", q.f.Src, q.f.Dst)
 		}
 		a.j.opts.Audit.flow(q.f, q.t, o)
 	}
