@@ -82,6 +82,13 @@ func TestFlowOwnerAudit(t *testing.T) {
 			t.Errorf("a control sequence of the sandbox's argv reached the terminal")
 		}
 
+		// The block log's record names it too.
+		blocked := filepath.Join(dir, "blocked.jsonl")
+		testutil.Run(t, l.jailCmd(uid, bin, "run", "--log-blocked", blocked, "--", probe, "tcp", labDevice+":5064", "block-mark"))
+		if b, _ := os.ReadFile(blocked); !strings.Contains(string(b), `"pid":`) || !strings.Contains(string(b), `"block-mark"]`) {
+			t.Errorf("the block log's record does not name the process:\n%s", b)
+		}
+
 		// A refused UDP flow (the socket stays open while the probe
 		// waits for its answer).
 		audit = filepath.Join(dir, "udp.jsonl")
