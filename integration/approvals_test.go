@@ -74,7 +74,7 @@ func TestApprovalsAlways(t *testing.T) {
 		st := psFind(t, bin, uid, "read x")
 		var r testutil.Result
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if r = host("allow", st.ID, "--ip", labDevice, "--always"); r.Code == 0 {
+			if r = host("allow", st.ID, "--ip", labDevice, "--host-port", "5432", "--always"); r.Code == 0 {
 				break
 			}
 		}
@@ -82,6 +82,12 @@ func TestApprovalsAlways(t *testing.T) {
 		_ = cmd.Wait()
 		if r.Code != 0 || !strings.Contains(r.Stdout, "approved always for "+ws) {
 			t.Fatalf("allow --always: %+v", r)
+		}
+		if !strings.Contains(r.Stdout, "approved always for "+ws+": host-port 5432/tcp (from the next launch") {
+			t.Errorf("allow --always --host-port: %+v", r)
+		}
+		if r := host("approvals", "remove", "host-port 5432/tcp"); r.Code != 0 {
+			t.Errorf("approvals remove host-port: %+v", r)
 		}
 		if r := host("approvals", "--json"); !strings.Contains(r.Stdout, `"value": "`+labDevice+`/32"`) {
 			t.Fatalf("approvals --json: %+v", r)

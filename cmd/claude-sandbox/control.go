@@ -34,7 +34,8 @@ have been started with a domain allowlist). revoke takes back an entry
 allowed at launch or since; connections open stay open. Each change is
 logged as a policy change and named in the sandbox's exit summary.
 With --always, allow also stores the entries for the sandbox's workspace
-(see claude-sandbox approvals): every later launch there starts with them.
+(see claude-sandbox approvals): every later launch there starts with them;
+--host-port is then only stored, for the next launch.
 `
 
 // stringList is a repeatable option.
@@ -154,24 +155,36 @@ func allowMain(verb string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "claude-sandbox %s: %v\n", verb, err)
 		return 1
 	}
-	r, err := control.Call(s.Path, control.Request{Op: verb, IP: *ips, Domain: *domains, HostPort: *hostPorts})
-	if err == control.ErrStale {
-		control.RemoveStale(s, uid)
-		fmt.Fprintf(stderr, "claude-sandbox %s: sandbox %s has ended\n", verb, id)
-		return 1
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "claude-sandbox %s: %s: %v\n", verb, id, err)
-		return 1
-	}
-	if !r.OK {
-		fmt.Fprintf(stderr, "claude-sandbox %s: %s: %s\n", verb, id, r.Error)
-		return 1
-	}
-	for _, c := range r.Changes {
-		fmt.Fprintf(stdout, "%s: %s\n", id, c)
-	}
+	always := false
 	if a := f.Lookup("always"); a != nil && a.Value.String() == "true" {
+		always = true
+	}
+	req := control.Request{Op: verb, IP: *ips, Domain: *domains, HostPort: *hostPorts}
+	if always {
+		// Host ports cannot change while a sandbox runs: with --always
+		// they are only stored, for the next launch.
+		req.HostPort = nil
+	}
+	if len(req.IP)+len(req.Domain)+len(req.HostPort) > 0 {
+		r, err := control.Call(s.Path, req)
+		if err == control.ErrStale {
+			control.RemoveStale(s, uid)
+			fmt.Fprintf(stderr, "claude-sandbox %s: sandbox %s has ended\n", verb, id)
+			return 1
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "claude-sandbox %s: %s: %v\n", verb, id, err)
+			return 1
+		}
+		if !r.OK {
+			fmt.Fprintf(stderr, "claude-sandbox %s: %s: %s\n", verb, id, r.Error)
+			return 1
+		}
+		for _, c := range r.Changes {
+			fmt.Fprintf(stdout, "%s: %s\n", id, c)
+		}
+	}
+	if always {
 		return storeAlways(s.Path, id, *ips, *domains, *hostPorts, stdout, stderr)
 	}
 	return 0
@@ -201,12 +214,20 @@ func storeAlways(sock, id string, ips, domains, hostPorts []string, stdout, stde
 	}
 	code := 0
 	for _, e := range entries {
-		if _, err := approvals.Add(ws, e); err != nil {
+		e, err := approvals.Validate(e)
+		if err == nil {
+			_, err = approvals.Add(ws, e)
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "claude-sandbox allow: --always: %v\n", err)
 			code = 1
 			continue
 		}
-		fmt.Fprintf(stdout, "%s: approved always for %s: %s\n", id, ws, e)
+		note := ""
+		if e.Kind == approvals.HostPort {
+			note = " (from the next launch: host ports cannot change while a sandbox runs)"
+		}
+		fmt.Fprintf(stdout, "%s: approved always for %s: %s%s\n", id, ws, e, note)
 	}
 	return code
 }
