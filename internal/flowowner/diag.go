@@ -296,7 +296,7 @@ func (d *Diag) ask(req []byte, seq uint32, dump bool) ([]Sock, error) {
 		return nil, err
 	}
 	if d.buf == nil {
-		d.buf = make([]byte, 32<<10)
+		d.buf = make([]byte, 64<<10) // a dump's datagrams are at most 32 KiB
 	}
 	var all []Sock
 	for {
