@@ -60,6 +60,20 @@ func waitRequest(t *testing.T, bin string, uid int, want func(ask.Request) bool)
 	return ask.Request{}
 }
 
+// wantWho checks that a request names the process behind its flow: the
+// lab's probe ("egressprobe serve"), found by the jail's socket lookup
+// (held in the userstack for a name, in the sink for an address).
+func wantWho(t *testing.T, q ask.Request) {
+	t.Helper()
+	if q.Who == nil || q.Who.PID <= 0 || len(q.Who.Argv) != 2 || filepath.Base(q.Who.Argv[0]) != "egressprobe" || q.Who.Argv[1] != "serve" {
+		t.Errorf("request %d names the process %+v, want the probe (egressprobe serve)", q.ID, q.Who)
+	}
+}
+
+// reqRef names a request as approve and deny take it: ID/N, never N
+// alone, as other tests' sandboxes may have a request N too.
+func reqRef(q ask.Request) string { return q.Sandbox + "/" + strconv.Itoa(q.ID) }
+
 func pendingCount(t *testing.T, bin string, uid int) int {
 	t.Helper()
 	out, err := hostAs(uid, bin, "requests", "--json").Output()
@@ -128,12 +142,13 @@ func TestAskMode(t *testing.T) {
 		if q.Sandbox != st.ID || q.Proto != "tcp" || q.Port != 7000 || q.Kind != "name" || q.Held < 1 {
 			t.Errorf("request %+v", q)
 		}
+		wantWho(t, q)
 		if asked("other") {
 			t.Errorf("the lab's resolver was asked for other.test before any approval")
 		}
-		notice := "asks to reach other.test:7000: claude-sandbox approve " + strconv.Itoa(q.ID)
+		notice := "asks to reach other.test:7000 (egressprobe serve, pid " + strconv.Itoa(q.Who.PID) + "): claude-sandbox approve " + strconv.Itoa(q.ID)
 		called := time.Now()
-		if out, err := hostAs(uid, bin, "approve", strconv.Itoa(q.ID), "--session").CombinedOutput(); err != nil {
+		if out, err := hostAs(uid, bin, "approve", reqRef(q), "--session").CombinedOutput(); err != nil {
 			t.Fatalf("approve: %v: %s", err, out)
 		}
 		returned := time.Now()
@@ -156,7 +171,7 @@ func TestAskMode(t *testing.T) {
 		if q.Proto != "udp" || q.Port != 7001 {
 			t.Errorf("request %+v", q)
 		}
-		if out, err := hostAs(uid, bin, "approve", strconv.Itoa(q.ID)).CombinedOutput(); err != nil {
+		if out, err := hostAs(uid, bin, "approve", reqRef(q)).CombinedOutput(); err != nil {
 			t.Fatalf("approve: %v: %s", err, out)
 		}
 		if got := s.recv(); got != "ok" {
@@ -238,12 +253,13 @@ func TestAskMode(t *testing.T) {
 		if q.Port != 5064 || q.Kind != "address" {
 			t.Errorf("request %+v", q)
 		}
+		wantWho(t, q)
 		if got := s.recv(); got != "err:ECONNREFUSED" {
 			t.Errorf("the held connection to %s after the timeout: %s, want err:ECONNREFUSED", epics, got)
 		}
 		s.send(dev)
 		q = waitRequest(t, bin, uid, func(q ask.Request) bool { return q.Addr == epics })
-		if out, err := hostAs(uid, bin, "approve", strconv.Itoa(q.ID)).CombinedOutput(); err != nil {
+		if out, err := hostAs(uid, bin, "approve", reqRef(q)).CombinedOutput(); err != nil {
 			t.Fatalf("approve: %v: %s", err, out)
 		}
 		if got := s.recv(); got != "ok" {
@@ -260,7 +276,7 @@ func TestAskMode(t *testing.T) {
 		if q.Port != 8085 {
 			t.Errorf("request %+v", q)
 		}
-		if out, err := hostAs(uid, bin, "approve", strconv.Itoa(q.ID), "--once").CombinedOutput(); err != nil {
+		if out, err := hostAs(uid, bin, "approve", reqRef(q), "--once").CombinedOutput(); err != nil {
 			t.Fatalf("approve --once: %v: %s", err, out)
 		}
 		if got := s.recv(); got != "ok" {
@@ -271,7 +287,7 @@ func TestAskMode(t *testing.T) {
 		if q2.ID == q.ID {
 			t.Errorf("the next connection joined the answered request %d", q.ID)
 		}
-		if out, err := hostAs(uid, bin, "deny", strconv.Itoa(q2.ID)).CombinedOutput(); err != nil {
+		if out, err := hostAs(uid, bin, "deny", reqRef(q2)).CombinedOutput(); err != nil {
 			t.Fatalf("deny: %v: %s", err, out)
 		}
 		if got := s.recv(); got != "err:ECONNREFUSED" {

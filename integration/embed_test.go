@@ -141,6 +141,7 @@ func TestEmbedExampleProgram(t *testing.T) {
 			"inside: " + labInternet + ":80: connected\n",
 			"blocked: tcp " + labDevice + ":22 (private range 10.0.0.0/8)\n",
 			"blocked: tcp " + labMetadata + ":80 (",
+			"blocked by: embed, pid ", // the event names the process
 			"inside: " + labDevice + ":22: dial tcp " + labDevice + ":22: connect: connection refused\n",
 			"jail: exit 0\n",
 			"cancel: exit 137 (context canceled); processes left in its PID namespace: 0\n",

@@ -57,6 +57,7 @@ func (j *Jail) newAsk(o *AskOptions) *ask.Broker {
 		Sandbox: o.Sandbox, Timeout: o.Timeout, MaxPending: o.MaxPending,
 		Approve:   j.approve,
 		OnRequest: o.OnRequest,
+		Who:       j.requestOwner,
 		OnDecision: func(d ask.Decision) {
 			verdict := "denied"
 			switch {

@@ -46,6 +46,12 @@ type AuditRecord struct {
 	Reason  string `json:"reason,omitempty"`
 	Host    string `json:"host,omitempty"`
 	Key     string `json:"key,omitempty"`
+	// The process behind a flow, when found (its socket still open when
+	// looked up): its pid in the sandbox, argv and working directory,
+	// bounded and escaped.
+	PID  int      `json:"pid,omitempty"`
+	Argv []string `json:"argv,omitempty"`
+	Cwd  string   `json:"cwd,omitempty"`
 }
 
 // Audit is an open audit log. Safe for concurrent use.
@@ -161,7 +167,7 @@ func (a *Audit) block(b netpolicy.Block) {
 	if a == nil {
 		return
 	}
-	r := AuditRecord{Time: b.Time, Event: "flow", Proto: b.Proto.String(), Name: b.Name, Verdict: "refused", Rule: b.Rule}
+	r := AuditRecord{Time: b.Time, Event: "flow", Proto: b.Proto.String(), Name: b.Name, Verdict: "refused", Rule: b.Rule, PID: b.PID, Argv: b.Argv, Cwd: b.Cwd}
 	if b.Dst.Addr().IsValid() {
 		r.Addr = b.Dst.Addr().String()
 		r.Port = b.Dst.Port()
@@ -169,11 +175,13 @@ func (a *Audit) block(b netpolicy.Block) {
 	a.Write(r)
 }
 
-func (a *Audit) flow(f userstack.Flow) {
+// flow records a flow let through at t, and o, the process behind it
+// (the zero Owner: not found).
+func (a *Audit) flow(f userstack.Flow, t time.Time, o Owner) {
 	if a == nil {
 		return
 	}
-	r := AuditRecord{Event: "flow", Proto: f.Proto.String(), Name: f.Name, Verdict: "allowed", Rule: f.Rule, Port: f.Dst.Port()}
+	r := AuditRecord{Time: t, Event: "flow", Proto: f.Proto.String(), Name: f.Name, Verdict: "allowed", Rule: f.Rule, Port: f.Dst.Port(), PID: o.PID, Argv: o.Argv, Cwd: o.Cwd}
 	switch {
 	case f.Target.IsValid():
 		r.Addr, r.Port = f.Target.Addr().String(), f.Target.Port()

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack"
@@ -22,7 +23,7 @@ func TestAuditCap(t *testing.T) {
 	for i := 0; i < 10000; i++ {
 		a.block(netpolicy.Block{Proto: netpolicy.ProtoTCP, Dst: netip.MustParseAddrPort("10.1.2.3:22"), Rule: "private range 10.0.0.0/8"})
 	}
-	a.flow(userstack.Flow{Proto: netpolicy.ProtoTCP, Dst: netip.MustParseAddrPort("203.0.113.9:443"), Target: netip.MustParseAddrPort("203.0.113.9:443"), Rule: "internet"})
+	a.flow(userstack.Flow{Proto: netpolicy.ProtoTCP, Dst: netip.MustParseAddrPort("203.0.113.9:443"), Target: netip.MustParseAddrPort("203.0.113.9:443"), Rule: "internet"}, time.Time{}, Owner{})
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}

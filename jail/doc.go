@@ -8,7 +8,8 @@
 // (driver_linux.go): its child half, package netchild, builds the jail's
 // namespace inside the engine's holder stage (TUN links, routes, filter)
 // and passes back the
-// links and two netlink sockets opened there; [Jail], the launcher's half,
+// links and three netlink sockets opened there (routes, netfilter, socket
+// diagnostics: the process behind a flow, owner.go); [Jail], the launcher's half,
 // serves them. Once attached it follows the host's network: each change of
 // the host's links, addresses, routes or rules rebuilds the policy,
 // swapped into the userstack and applied to the kernel layer through those

@@ -119,6 +119,10 @@ type Jail struct {
 	closed       atomic.Bool
 	failedClosed atomic.Bool
 
+	// The process behind a flow (owner.go).
+	own        owners
+	auditFlows *auditFlows // nil: no audit log
+
 	// Reach changed while running (reach_live.go).
 	names *liveNames // nil: no domain allowlist, or not yet attached
 	reach reachState // under upd
@@ -192,6 +196,11 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		return err
 	}
 	socks.Links = r.Links
+	if err := j.attachDiag(files[netchild.FileDiag]); err != nil {
+		socks.Route.Close()
+		socks.Netfilter.Close()
+		return err
+	}
 	conn := routes.NewConn(socks)
 	sinkDev, err := dupFile(files[netchild.FileSink], true)
 	if err != nil {
@@ -273,7 +282,7 @@ func (j *Jail) ipv6Ready() func() <-chan struct{} {
 // blocked range costs a bounded number of records, the rest counted in
 // st.BlocksDropped for the summary), and reach record from there.
 func (j *Jail) newSink(dev *os.File, st *userstack.Stack) *sink {
-	s := &sink{dev: dev, pol: j.setup.Policy, record: st.RecordBlock}
+	s := &sink{dev: dev, pol: j.setup.Policy, record: st.RecordBlock, owner: j.blockOwner}
 	if j.ask != nil {
 		s.ask = j.sinkAsk
 	}
@@ -301,6 +310,9 @@ func (j *Jail) record(b netpolicy.Block) {
 	if b.Time.IsZero() {
 		b.Time = time.Now()
 	}
+	// A block of the stack's (the sink's looked its owner up already):
+	// the destination must name the socket.
+	j.blockOwner(&b, netip.AddrPort{})
 	j.mu.Lock()
 	j.tally.Add(b)
 	if p, ok := netpolicy.ViaDefaultRoute(b.Rule); ok && len(j.viaDefault) < maxViaDefaultNamed && !slices.Contains(j.viaDefault, p) {
@@ -381,6 +393,8 @@ func (j *Jail) Close() {
 			stEvicts = int(st.UDPEvictions())
 		}
 		j.pubWG.Wait()
+		j.auditFlows.close()
+		j.closeOwners()
 		j.mu.Lock()
 		if j.watchSock != nil {
 			j.watchSock.Close()

@@ -254,7 +254,9 @@ func (j *Jail) auditFlow() func(userstack.Flow) {
 	if j.opts.Audit == nil {
 		return nil
 	}
-	return j.opts.Audit.flow
+	// With the process behind each flow (owner.go).
+	j.auditFlows = j.newAuditFlows()
+	return j.auditFlows.note
 }
 
 // changeEntry allows (allow) or revokes e against the launch-time entries

@@ -32,6 +32,11 @@ type sink struct {
 	// ask, in the ask mode, takes a TCP SYN first (jail.sinkAsk): true,
 	// held or passed on, nothing to send.
 	ask func(s *sink, proto netpolicy.Proto, pkt []byte, src, dst netip.AddrPort) bool
+	// owner, when set, fills in the process behind a block from its
+	// source (the sandbox's end) before the refusal is sent: once refused,
+	// a TCP socket leaves the kernel's tables, and a short-lived client
+	// may exit.
+	owner func(b *netpolicy.Block, src netip.AddrPort)
 }
 
 func (s *sink) run() {
@@ -102,12 +107,16 @@ func (s *sink) refuseAsk(p []byte, askOK bool) []byte {
 	return nil
 }
 
-func (s *sink) note(proto netpolicy.Proto, dst netip.AddrPort) {
+func (s *sink) note(proto netpolicy.Proto, src, dst netip.AddrPort) {
 	rule := "blocked range"
 	if v := s.pol.Check(proto, dst); !v.Allowed {
 		rule = v.Rule
 	}
-	s.record(netpolicy.Block{Proto: proto, Dst: dst, Rule: rule})
+	b := netpolicy.Block{Proto: proto, Dst: dst, Rule: rule}
+	if s.owner != nil {
+		s.owner(&b, src)
+	}
+	s.record(b)
 }
 
 func (s *sink) refuseTransport(pkt []byte, src, dst tcpip.Address, proto tcpip.TransportProtocolNumber, payload []byte, askOK bool) []byte {
@@ -128,7 +137,7 @@ func (s *sink) refuseTransport(pkt []byte, src, dst tcpip.Address, proto tcpip.T
 			if askOK && s.ask != nil && s.ask(s, netpolicy.ProtoTCP, pkt, netip.AddrPortFrom(addrOf(src), tcp.SourcePort()), netip.AddrPortFrom(addrOf(dst), tcp.DestinationPort())) {
 				return nil // held (the ask mode)
 			}
-			s.note(netpolicy.ProtoTCP, netip.AddrPortFrom(addrOf(dst), tcp.DestinationPort()))
+			s.note(netpolicy.ProtoTCP, netip.AddrPortFrom(addrOf(src), tcp.SourcePort()), netip.AddrPortFrom(addrOf(dst), tcp.DestinationPort()))
 		}
 		return tcpReset(src, dst, tcp, v6)
 	case header.UDPProtocolNumber:
@@ -139,7 +148,7 @@ func (s *sink) refuseTransport(pkt []byte, src, dst tcpip.Address, proto tcpip.T
 		if askOK && s.ask != nil && s.ask(s, netpolicy.ProtoUDP, pkt, netip.AddrPortFrom(addrOf(src), u.SourcePort()), netip.AddrPortFrom(addrOf(dst), u.DestinationPort())) {
 			return nil // held (the ask mode): the sender sends again
 		}
-		s.note(netpolicy.ProtoUDP, netip.AddrPortFrom(addrOf(dst), u.DestinationPort()))
+		s.note(netpolicy.ProtoUDP, netip.AddrPortFrom(addrOf(src), u.SourcePort()), netip.AddrPortFrom(addrOf(dst), u.DestinationPort()))
 		if v6 {
 			return icmp6Unreachable(pkt, src, dst, header.ICMPv6PortUnreachable)
 		}
@@ -148,13 +157,13 @@ func (s *sink) refuseTransport(pkt []byte, src, dst tcpip.Address, proto tcpip.T
 		if len(payload) < header.ICMPv4MinimumSize || header.ICMPv4(payload).Type() != header.ICMPv4Echo {
 			return nil
 		}
-		s.note(netpolicy.ProtoICMP, netip.AddrPortFrom(addrOf(dst), 0))
+		s.note(netpolicy.ProtoICMP, netip.AddrPort{}, netip.AddrPortFrom(addrOf(dst), 0))
 		return icmp4Unreachable(pkt, src, dst, header.ICMPv4HostProhibited)
 	case header.ICMPv6ProtocolNumber:
 		if len(payload) < header.ICMPv6MinimumSize || header.ICMPv6(payload).Type() != header.ICMPv6EchoRequest {
 			return nil
 		}
-		s.note(netpolicy.ProtoICMP, netip.AddrPortFrom(addrOf(dst), 0))
+		s.note(netpolicy.ProtoICMP, netip.AddrPort{}, netip.AddrPortFrom(addrOf(dst), 0))
 		return icmp6Unreachable(pkt, src, dst, header.ICMPv6Prohibited)
 	}
 	return nil

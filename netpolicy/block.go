@@ -21,6 +21,28 @@ type Block struct {
 	Name string `json:"name,omitempty"`
 	// Rule is the [Verdict.Rule] that refused the flow.
 	Rule string `json:"rule"`
+	// The process behind the flow, when the jail found it (its socket
+	// still open when looked up): its pid in the sandbox, its argv and
+	// working directory, bounded and escaped (package flowowner).
+	PID  int      `json:"pid,omitempty"`
+	Argv []string `json:"argv,omitempty"`
+	Cwd  string   `json:"cwd,omitempty"`
+}
+
+// Process names the process behind the block for a summary: "nc, pid
+// 42" (the base name of argv[0]); "" when unknown.
+func (b Block) Process() string {
+	if b.PID == 0 {
+		return ""
+	}
+	name := "?"
+	if len(b.Argv) > 0 {
+		name = b.Argv[0]
+		if i := strings.LastIndexByte(name, '/'); i >= 0 && i < len(name)-1 {
+			name = name[i+1:]
+		}
+	}
+	return fmt.Sprintf("%s, pid %d", name, b.PID)
 }
 
 // String renders the block as "tcp 10.1.2.3:22 (private range 10.0.0.0/8)".
@@ -107,6 +129,8 @@ type Tally struct {
 	order   []blockKey
 	counts  map[blockKey]int
 	dropped int
+	// who is the first process found behind each destination.
+	who map[blockKey]string
 }
 
 // Add counts one block.
@@ -134,6 +158,14 @@ func (t *Tally) Add(b Block) {
 		t.order = append(t.order, k)
 	}
 	t.counts[k]++
+	if p := b.Process(); p != "" {
+		if t.who == nil {
+			t.who = map[blockKey]string{}
+		}
+		if _, ok := t.who[k]; !ok {
+			t.who[k] = p
+		}
+	}
 }
 
 // Total returns how many blocks were counted.
@@ -167,6 +199,9 @@ func (t *Tally) Summary(limit int) string {
 			sb.WriteString(", ")
 		}
 		sb.WriteString(Block{Proto: k.proto, Dst: k.dst, Name: k.name, Rule: k.rule}.String())
+		if p := t.who[k]; p != "" {
+			fmt.Fprintf(&sb, " (%s)", p)
+		}
 		if n := t.counts[k]; n > 1 {
 			fmt.Fprintf(&sb, " x%d", n)
 		}

@@ -701,6 +701,12 @@ func (l *launch) completeJail() (int, error) {
 		}
 		files = append(files, f)
 	}
+	if a, ok := l.o.Jail.(InitAware); ok {
+		l.mu.Lock()
+		pid := l.initPID
+		l.mu.Unlock()
+		a.SetInitPID(pid)
+	}
 	if err := l.o.Jail.Attach(files, ready.Reply); err != nil {
 		return l.abort(fmt.Errorf("egress jail: %w", err))
 	}

@@ -66,3 +66,10 @@ type Jail interface {
 	// Close stops the jail, after the sandbox has ended.
 	Close()
 }
+
+// InitAware is a [Jail] that is told the pid of the sandbox's init (in
+// the launcher's PID namespace) before Attach: through it the jail's
+// half reaches the sandbox's own /proc (the process behind a flow).
+type InitAware interface {
+	SetInitPID(pid int)
+}

@@ -178,6 +178,10 @@ type Egress struct {
 	// Publish are the published ports (--publish): the launcher listens
 	// on the host and relays into the sandbox's port.
 	Publish []netpolicy.Publish `json:"publish,omitempty"`
+	// Approved are the entries of the allowlist that came from the
+	// workspace's approvals store ("domain pypi.org"; claude-sandbox
+	// approvals), also listed above where they apply.
+	Approved []string `json:"approved,omitempty"`
 }
 
 // Options is what a caller asks for; Build turns it into a Plan.

@@ -534,7 +534,9 @@ const (
 type Event struct {
 	Kind EventKind
 	// Block is the refused flow (EventBlocked): time, protocol,
-	// destination and the rule that refused it.
+	// destination and the rule that refused it, and the process behind
+	// it when the jail found it (Block.PID, Argv, Cwd: its socket was
+	// still open when looked up).
 	Block netpolicy.Block
 	// Change is the widening or narrowing of the blocked set
 	// (EventPolicy): "blocked" or "unblocked", the prefix, the rule and

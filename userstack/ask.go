@@ -40,7 +40,7 @@ func askableName(rule string) bool { return rule == netpolicy.DomainNotAllowed }
 func (st *Stack) askTCP(in *tcpIn, name string, hostPort bool, rule string) bool {
 	f := ask.Flow{
 		Proto: netpolicy.ProtoTCP, Name: name, Dst: in.key.dst, HostPort: hostPort,
-		Src: in.key.src, Who: whoFor(netpolicy.ProtoTCP, in.key.src, in.key.dst),
+		Src: in.key.src,
 	}
 	f.Retry, f.Drop = st.redeliver(in)
 	v := st.cfg.Ask(f)
@@ -84,11 +84,6 @@ func (st *Stack) redeliver(in *tcpIn) (retry, drop func()) {
 	return retry, drop
 }
 
-// whoFor is the seam for the process behind a flow (the sock_diag lookup
-// of the sandbox's socket by its source and destination): nil until it
-// is wired in.
-func whoFor(proto netpolicy.Proto, src, dst netip.AddrPort) *ask.Process { return nil }
-
 // askOnAddress reports whether a refusal of an address flow (not a name)
 // may be asked about: not the host's loopback or an unspecified address,
 // not the synthetic pool.
@@ -125,7 +120,7 @@ func (st *Stack) RedeliverSYN(pkt []byte) {
 func (st *Stack) askUDP(src, dst netip.AddrPort, name string, hostPort bool, rule string) ask.Verdict {
 	v := st.cfg.Ask(ask.Flow{
 		Proto: netpolicy.ProtoUDP, Name: name, Dst: dst, HostPort: hostPort,
-		Src: src, Who: whoFor(netpolicy.ProtoUDP, src, dst),
+		Src: src,
 	})
 	if v == ask.Refuse {
 		st.blockName(netpolicy.ProtoUDP, dst, name, rule+" (ask: denied, expired or too many pending)")

@@ -10,6 +10,9 @@ import (
 // audit log.
 type Flow struct {
 	Proto netpolicy.Proto
+	// Src is the sandbox's end of the flow (its socket's address and
+	// port), by which the process behind it is found.
+	Src netip.AddrPort
 	// Dst is the destination the sandbox addressed (a synthetic address
 	// for a flow to a name, whose host-side address is decided later).
 	Dst netip.AddrPort
@@ -27,12 +30,13 @@ type Flow struct {
 // (rule: the policy's for an address; a name's is nf.rule): nothing is
 // decided again here. Only TCP so far: UDP flows and names' DNS queries
 // are not reported.
-func (st *Stack) noteTCP(dst, target netip.AddrPort, nf *nameFlow, rule string) {
+func (st *Stack) noteTCP(key flowKey, target netip.AddrPort, nf *nameFlow, rule string) {
+	dst := key.dst
 	fn := st.cfg.OnFlow
 	if fn == nil {
 		return
 	}
-	f := Flow{Proto: netpolicy.ProtoTCP, Dst: dst}
+	f := Flow{Proto: netpolicy.ProtoTCP, Src: key.src, Dst: dst}
 	switch {
 	case nf != nil && nf.dns:
 		f.Rule = "dns (the domain allowlist's resolver)"

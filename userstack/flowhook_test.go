@@ -33,6 +33,7 @@ func TestOnFlowRules(t *testing.T) {
 	} {
 		src := netip.AddrPortFrom(jail4, uint16(45000+i))
 		h.send(tcpSeg{src: src, dst: tt.dst, flags: header.TCPFlagSyn, seq: 1000}.bytes())
+		tt.want.Src = src // the sandbox's end, by which its process is found
 		if got := <-flows; got != tt.want {
 			t.Errorf("flow to %v: %+v, want %+v", tt.dst, got, tt.want)
 		}

@@ -201,19 +201,19 @@ func (st *Stack) newTCP(in *tcpIn) {
 	f.opening = true
 	if nf != nil {
 		st.mu.Unlock()
-		st.noteTCP(key.dst, target, nf, rule)
+		st.noteTCP(key, target, nf, rule)
 		f.startName(nf) // resolved and dialed; the SYN answered by the dial (peek.go)
 		return
 	}
 	if st.cfg.Dialer == nil && gate == nil {
 		st.mu.Unlock()
-		st.noteTCP(key.dst, target, nil, rule)
+		st.noteTCP(key, target, nil, rule)
 		f.connect(target)
 		return
 	}
 	st.wg.Add(1)
 	st.mu.Unlock()
-	st.noteTCP(key.dst, target, nil, rule)
+	st.noteTCP(key, target, nil, rule)
 	st.work.Go(func() { f.dial(target, gate) })
 }
 

@@ -2,11 +2,12 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,7 +105,12 @@ func askNotice(who string, r ask.Request) string {
 
 // processLabel names a request's process: its command and pid.
 func processLabel(p *ask.Process) string {
-	cmd := strings.Join(p.Argv, " ")
+	// The program's base name, then its arguments: "pip install, pid 42".
+	argv := slices.Clone(p.Argv)
+	if len(argv) > 0 {
+		argv[0] = filepath.Base(argv[0])
+	}
+	cmd := strings.Join(argv, " ")
 	if len(cmd) > 40 {
 		cmd = cmd[:40] + "..."
 	}
@@ -325,14 +331,27 @@ func approveMain(verb string, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "%s: request %d: %s %s\n", s.ID, q.ID, escapeReport(q.What()), what)
 		if verb == "approve" && scope == ask.Always {
-			if err := storeAlways(q); err != nil {
-				fmt.Fprintf(stderr, "claude-sandbox approve: approved for the session, but not stored for later sandboxes: %v\n", err)
-				return 1
+			ips, domains, hostPorts := alwaysEntries(q)
+			if code := storeAlways(s.Path, s.ID, ips, domains, hostPorts, stdout, stderr); code != 0 {
+				fmt.Fprintf(stderr, "claude-sandbox approve: request %d is approved for the session, but not stored for later sandboxes\n", q.ID)
+				return code
 			}
 		}
 	}
 	return 0
 }
 
-// errNoStore: --always has no store in this build.
-var errNoStore = errors.New("no approvals store in this build")
+// alwaysEntries is what approve --always stores for a request: what the
+// session approval put in force (jail.approve), as allow takes it: a
+// name with its port, a whole address, a host port with its protocol.
+func alwaysEntries(q ask.Request) (ips, domains, hostPorts []string) {
+	switch q.Kind {
+	case "name":
+		domains = []string{q.Name + ":" + strconv.Itoa(int(q.Port))}
+	case "address":
+		ips = []string{q.Addr}
+	case "host-port":
+		hostPorts = []string{strconv.Itoa(int(q.Port)) + "/" + q.Proto}
+	}
+	return ips, domains, hostPorts
+}

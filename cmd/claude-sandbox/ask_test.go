@@ -10,7 +10,7 @@ import (
 )
 
 // The terminal's notice names the request, the command that answers it,
-// and the process when the seam has it; a name that is not printable is
+// and the process when the lookup found it; a name that is not printable is
 // quoted, never written raw.
 func TestAskNotice(t *testing.T) {
 	now := time.Now()

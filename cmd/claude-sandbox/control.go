@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/approvals"
 	"github.com/claude-sandbox/claude-sandbox/internal/control"
 )
 
@@ -23,7 +24,7 @@ refused so far, pending requests, working directory and command. Sockets
 left by a launcher that has ended are removed. Root sees only its own.
 `
 
-const allowHelp = `Usage: claude-sandbox allow ID [--ip ADDR|CIDR]... [--domain NAME[:PORT]]... [--host-port PORT[/PROTO]]...
+const allowHelp = `Usage: claude-sandbox allow ID [--ip ADDR|CIDR]... [--domain NAME[:PORT]]... [--host-port PORT[/PROTO]]... [--always]
        claude-sandbox revoke ID [--ip ADDR|CIDR]... [--domain NAME[:PORT]]... [--host-port PORT[/PROTO]]...
 
 Changes the reach of running sandbox ID (see claude-sandbox ps) while it
@@ -34,6 +35,8 @@ have been started with a domain allowlist), --host-port as
 gateway). revoke takes back an entry
 allowed at launch or since; connections open stay open. Each change is
 logged as a policy change and named in the sandbox's exit summary.
+With --always, allow also stores the entries for the sandbox's workspace
+(see claude-sandbox approvals): every later launch there starts with them.
 `
 
 // stringList is a repeatable option.
@@ -53,6 +56,9 @@ func newAllowFlags(name string) (*flag.FlagSet, *stringList, *stringList, *strin
 	f.Var(&ips, "ip", "an `ADDR|CIDR` the sandbox may reach, every port and protocol")
 	f.Var(&domains, "domain", "a `NAME[:PORT]` (wildcard, preset) for a sandbox with a domain allowlist")
 	f.Var(&hostPorts, "host-port", "a `PORT[/PROTO]` of the host's loopback, through the gateway")
+	if name == "allow" {
+		f.Bool("always", false, "also store the entries for the sandbox's workspace, for every later launch there")
+	}
 	return f, &ips, &domains, &hostPorts
 }
 
@@ -150,6 +156,10 @@ func allowMain(verb string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "claude-sandbox %s: %v\n", verb, err)
 		return 1
 	}
+	always := false
+	if a := f.Lookup("always"); a != nil && a.Value.String() == "true" {
+		always = true
+	}
 	r, err := control.Call(s.Path, control.Request{Op: verb, IP: *ips, Domain: *domains, HostPort: *hostPorts})
 	if err == control.ErrStale {
 		control.RemoveStale(s, uid)
@@ -167,5 +177,46 @@ func allowMain(verb string, args []string, stdout, stderr io.Writer) int {
 	for _, c := range r.Changes {
 		fmt.Fprintf(stdout, "%s: %s\n", id, c)
 	}
+	if always {
+		return storeAlways(s.Path, id, *ips, *domains, *hostPorts, stdout, stderr)
+	}
 	return 0
+}
+
+// storeAlways stores what allow --always let through for the sandbox's
+// workspace (its working directory when it has none).
+func storeAlways(sock, id string, ips, domains, hostPorts []string, stdout, stderr io.Writer) int {
+	r, err := control.Call(sock, control.Request{Op: control.OpStatus})
+	if err != nil || !r.OK || r.Status == nil {
+		fmt.Fprintf(stderr, "claude-sandbox allow: %s: --always: the sandbox's workspace is unknown (%v %s): nothing stored\n", id, err, r.Error)
+		return 1
+	}
+	ws := r.Status.Workspace
+	if ws == "" {
+		ws = r.Status.Cwd
+	}
+	var entries []approvals.Entry
+	for _, v := range ips {
+		entries = append(entries, approvals.Entry{Kind: approvals.IP, Value: v})
+	}
+	for _, v := range domains {
+		entries = append(entries, approvals.Entry{Kind: approvals.Domain, Value: v})
+	}
+	for _, v := range hostPorts {
+		entries = append(entries, approvals.Entry{Kind: approvals.HostPort, Value: v})
+	}
+	code := 0
+	for _, e := range entries {
+		e, err := approvals.Validate(e)
+		if err == nil {
+			_, err = approvals.Add(ws, e)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "claude-sandbox allow: --always: %v\n", err)
+			code = 1
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: approved always for %s: %s\n", id, ws, e)
+	}
+	return code
 }

@@ -80,6 +80,8 @@ func subcommandHelp(name string) (string, bool) {
 		return approveHelp, true
 	case "watch":
 		return watchHelp, true
+	case "approvals":
+		return approvalsHelp, true
 	}
 	return "", false
 }
@@ -140,6 +142,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return approveMain(args[0], args[1:], stdout, stderr)
 	case "watch":
 		return watchMain(args[1:], stdout, stderr)
+	case "approvals":
+		return approvalsMain(args[1:], stdout, stderr)
 	case "completion":
 		return completionMain(args[1:], stdout, stderr)
 	case "man":
@@ -284,6 +288,12 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			}
 		}()
 	}
+	// Reach approved always for this workspace joins the allowlist.
+	workspace := x.workspace
+	if workspace == "" {
+		workspace = opts.Cwd
+	}
+	approved := applyApprovals(&opts, workspace, func(w string) { fmt.Fprintln(stderr, "claude-sandbox: warning:", w) })
 	var setup *jail.Setup
 	if opts.Net == "" || opts.Net == plan.NetJail {
 		facts, err := jail.DiscoverHost("/etc/resolv.conf")
@@ -336,6 +346,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 	}
 	if setup != nil {
+		p.Egress.Approved = approved
 		p.Egress.Routes = strings.Split(strings.TrimSuffix(setup.Routes.String(), "\n"), "\n")
 		if len(p.Egress.HostPorts) > 0 {
 			gw := setup.Gateway
@@ -421,7 +432,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	// The control socket (claude-sandbox ps, allow, revoke), before the
 	// start: the started line names its id.
-	cs := &control.Launcher{ID: sandboxID, Command: opts.Command, Cwd: p.Dir, Workspace: x.workspace, Net: string(opts.Net), Started: time.Now(), WatchedAt: &lastWatch}
+	cs := &control.Launcher{ID: sandboxID, Command: opts.Command, Cwd: p.Dir, Workspace: workspace, Net: string(opts.Net), Started: time.Now(), WatchedAt: &lastWatch}
 	if j, ok := nopts.Jail.(*jail.Jail); ok {
 		cs.Jail = j
 	}
@@ -451,6 +462,9 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	}
 	if o := openings(p); o != "" {
 		fmt.Fprintln(stderr, "claude-sandbox:", o)
+	}
+	if a := approvedSummary(approved); a != "" {
+		fmt.Fprintln(stderr, "claude-sandbox:", a)
 	}
 	return code
 }

@@ -326,6 +326,8 @@ var commands = []command{
 		options: func() []option { f, _, _, _ := newApproveFlags("approve"); return flagOptions(f) }},
 	{name: "deny", usage: "deny REQ", summary: "refuse a held connection"},
 	{name: "watch", usage: "watch [ID]", summary: "show requests as they come, answer each with one key"},
+	{name: "approvals", usage: "approvals [--json] [--workspace DIR] | remove N|ENTRY", summary: "list or remove reach approved always for a workspace",
+		options: func() []option { f, _, _ := newApprovalsFlags(); return flagOptions(f) }},
 	{name: "version", usage: "version [--json]", summary: "print the version (also --version, -V)",
 		options: func() []option { f, _ := newVersionFlags(); return flagOptions(f) }},
 	{name: "completion", usage: "completion bash|zsh|fish", summary: "print the shell completion script", args: "shells"},

@@ -143,6 +143,10 @@ func jailed(addrs string, domains []string, hostPort uint16) error {
 			switch ev.Kind {
 			case sandbox.EventBlocked:
 				fmt.Printf("blocked: %s\n", ev.Block)
+				// The process behind it, when the jail found it.
+				if p := ev.Block.Process(); p != "" {
+					fmt.Printf("blocked by: %s\n", p)
+				}
 			case sandbox.EventRequest:
 				answer(ev.Request)
 			case sandbox.EventExit:

@@ -75,7 +75,8 @@ const (
 	Once Scope = iota + 1
 	// Session: the destination joins the sandbox's reach for its life.
 	Session
-	// Always: Session, and stored for later sandboxes (storeAlways).
+	// Always: Session, and stored for the workspace's later sandboxes
+	// (the CLI's approvals store).
 	Always
 )
 
@@ -200,6 +201,10 @@ type Config struct {
 	// of each decision, from Approve, Deny or the timer.
 	OnRequest  func(Request)
 	OnDecision func(Decision)
+	// Who, when set, names the process behind a new request's flow (the
+	// jail's socket lookup): called once per request, without the
+	// broker's lock, before OnRequest; nil when not found.
+	Who func(Flow) *Process
 	// AfterFunc runs f after d (time.AfterFunc; tests give their own).
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 	// Now is time.Now (tests give their own).
@@ -371,6 +376,16 @@ func (b *Broker) Ask(f Flow) Verdict {
 	e.stop = b.cfg.AfterFunc(b.cfg.Timeout, func() { b.expire(id) })
 	req := e.req
 	b.mu.Unlock()
+	if req.Who == nil && b.cfg.Who != nil {
+		if w := b.cfg.Who(f); w != nil {
+			req.Who = w
+			b.mu.Lock()
+			if b.byID[id] == e {
+				e.req.Who = w
+			}
+			b.mu.Unlock()
+		}
+	}
 	if b.cfg.OnRequest != nil {
 		b.cfg.OnRequest(req)
 	}

@@ -2,7 +2,8 @@
 // (nsexec's NetChild): it runs in the engine's holder stage, inside the
 // jail's new network namespace, and builds it: the TUN links, the routes,
 // the filter, ping for the caller's group. It passes back the links and
-// two netlink sockets opened there (routes and netfilter), through which
+// three netlink sockets opened there (routes, netfilter and socket
+// diagnostics), through which
 // the launcher's half (package jail's Jail) puts each new policy in force
 // while the sandbox runs; the holder has nothing left to do once they are
 // passed.
@@ -22,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/routes"
@@ -60,6 +63,10 @@ const (
 	FileSink
 	FileRoute
 	FileNetfilter
+	// FileDiag is a NETLINK_SOCK_DIAG socket opened in the jail's
+	// namespace: the launcher finds the socket behind a flow through it
+	// (package flowowner).
+	FileDiag
 	Files
 )
 
@@ -129,6 +136,11 @@ func (netChild) Setup(data []byte, warn func(string)) (files []*os.File, reply [
 		return files, nil, fmt.Errorf("egress jail: open the jail's netlink sockets: %w", err)
 	}
 	files = append(files, socks.Route, socks.Netfilter)
+	diag, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return files, nil, fmt.Errorf("egress jail: open the jail's socket diagnostics: %w", err)
+	}
+	files = append(files, os.NewFile(uintptr(diag), "sock_diag"))
 	reply, err = json.Marshal(Reply{Links: socks.Links})
 	return files, reply, err
 }
