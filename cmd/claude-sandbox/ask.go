@@ -98,8 +98,13 @@ func askNotice(who string, r ask.Request) string {
 	if r.Who != nil {
 		proc = " (" + processLabel(r.Who) + ")"
 	}
-	return fmt.Sprintf("claude-sandbox: %s asks to reach %s%s: claude-sandbox approve %d (or deny %d; refused in %s)",
-		who, escapeReport(r.What()), proc, r.ID, r.ID, r.Expires.Sub(r.Since).Round(time.Second))
+	verb := "asks to reach"
+	if r.Kind == ask.KindSSHSign {
+		// "asks for an ssh signature for HOST with key SHA256:..."
+		verb = "asks for an ssh"
+	}
+	return fmt.Sprintf("claude-sandbox: %s %s %s%s: claude-sandbox approve %d (or deny %d; refused in %s)",
+		who, verb, escapeReport(r.What()), proc, r.ID, r.ID, r.Expires.Sub(r.Since).Round(time.Second))
 }
 
 // processLabel names a request's process: its command and pid.
@@ -211,6 +216,8 @@ func requestsMain(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case r.Kind == "host-port":
 			dst = "host loopback"
+		case r.Kind == ask.KindSSHSign:
+			dst += " (sign with " + r.Key + ")"
 		case dst == "":
 			dst = r.Addr
 		}

@@ -161,7 +161,7 @@ func (r Request) What() string {
 		if r.Port != 22 {
 			host = "[" + host + "]:" + strconv.Itoa(int(r.Port))
 		}
-		return "an ssh signature for " + host + " with key " + r.Key
+		return "signature for " + host + " with key " + r.Key
 	case r.Kind == "host-port":
 		host = "the host's port"
 		return fmt.Sprintf("%s %d/%s", host, r.Port, r.Proto)

@@ -25,7 +25,7 @@ func TestSignApproveOnce(t *testing.T) {
 	if req.Kind != KindSSHSign || req.Proto != "ssh" || req.Name != "forge.test" || req.Port != 22 || req.Key != "SHA256:abc" || req.Who == nil || req.Who.PID != 7 {
 		t.Fatalf("request %+v", req)
 	}
-	if w := req.What(); w != "an ssh signature for forge.test with key SHA256:abc" {
+	if w := req.What(); w != "signature for forge.test with key SHA256:abc" {
 		t.Fatalf("What: %q", w)
 	}
 	// A second signature meanwhile joins the request.
@@ -83,7 +83,7 @@ func TestSignApproveSession(t *testing.T) {
 	}
 	other.Key, other.Port = forge.Key, 2222
 	got2 := r.sign(other)
-	if q := <-r.reqs; q.Port != 2222 || q.What() != "an ssh signature for [forge.test]:2222 with key SHA256:abc" {
+	if q := <-r.reqs; q.Port != 2222 || q.What() != "signature for [forge.test]:2222 with key SHA256:abc" {
 		t.Fatalf("request %+v (%s)", q, q.What())
 	}
 	if len(r.approved) != 0 {
