@@ -30,7 +30,8 @@ const requestsHelp = `Usage: claude-sandbox requests [ID] [--json]
 Lists the pending requests of your sandboxes started with --ask (or of
 sandbox ID): the request (REQ), the sandbox, what it asks to reach
 (protocol, name or address, port), the process when known, and since
-when. Answer with claude-sandbox approve REQ or claude-sandbox deny REQ.
+when; with --ssh-confirm, a signature the ssh agent would make (proto
+ssh, the host and the key). Answer with claude-sandbox approve REQ or claude-sandbox deny REQ.
 `
 
 const approveHelp = `Usage: claude-sandbox approve REQ [--once|--session|--always]
@@ -44,7 +45,9 @@ with every port, a host port); --once lets only the connections held for
 it go, and the next one asks again; --always is --session, and stores the
 approval for later sandboxes. deny refuses the held connections (the
 program inside gets its normal connection error) and every later one to
-the destination, without asking again. A request no one answers is
+the destination, without asking again. For a signature (--ssh-confirm),
+--once makes it, --session also that host and key's later ones,
+--always is refused, and deny refuses it only. A request no one answers is
 refused after --ask-timeout (30s by default). Only the sandbox's owner
 (or root), from outside every sandbox, can answer.
 `
