@@ -66,7 +66,7 @@ func (j *Jail) newAsk(o *AskOptions) *ask.Broker {
 			case d.Expired:
 				verdict = "expired"
 			}
-			j.opts.Audit.Write(AuditRecord{Event: "request", Proto: d.Request.Proto, Name: d.Request.Name, Addr: d.Request.Addr, Port: d.Request.Port, Verdict: verdict, Change: "request " + strconv.Itoa(d.Request.ID)})
+			j.opts.Audit.Write(AuditRecord{Event: "request", Proto: d.Request.Proto, Name: d.Request.Name, Addr: d.Request.Addr, Port: d.Request.Port, Key: d.Request.Key, Verdict: verdict, Change: "request " + strconv.Itoa(d.Request.ID)})
 			j.debug("request decided", "id", d.Request.ID, "what", d.Request.What(), "verdict", verdict)
 			if o.OnDecision != nil {
 				o.OnDecision(d)
@@ -92,6 +92,10 @@ func (j *Jail) approve(d ask.Decision) error {
 	session := d.Scope != ask.Once
 	var err error
 	switch r.Kind {
+	case ask.KindSSHSign:
+		// A signature (--ssh-confirm) changes no reach; the broker does
+		// not call this for one.
+		return nil
 	case "name":
 		if session {
 			_, err = j.ChangeReach(true, nil, []string{r.Name + ":" + strconv.Itoa(int(r.Port))})

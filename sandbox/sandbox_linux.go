@@ -179,6 +179,12 @@ type SSHAgent struct {
 	KeyFiles []string
 	// Backing is the caller's agent's socket ("": $SSH_AUTH_SOCK).
 	Backing string
+	// Confirm makes every signature the host policy allows a request of
+	// the ask mode first (run's --ssh-confirm): an EventRequest whose
+	// Request.Key is set; the signature waits for Approve (AskOnce:
+	// this one; AskSession: that host and key's later ones too) or
+	// Deny, or Spec.AskTimeout. It needs Spec.Ask and the jail.
+	Confirm bool
 }
 
 // Mount is one change to the sandbox's filesystem view (package mounts
@@ -297,7 +303,10 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 			home, _ := os.UserHomeDir()
 			files = sshagent.KnownHostsFiles(home)
 		}
-		pol, err := sshagent.NewPolicy(sshagent.Config{Hosts: a.Hosts, Keys: a.Keys, HostKeys: a.HostKeys, KeyFiles: a.KeyFiles, KnownHosts: files, Report: warn})
+		if a.Confirm && (!spec.Ask || (opts.Net != "" && opts.Net != plan.NetJail)) {
+			return nil, errors.New("sandbox: SSHAgent.Confirm asks through the ask mode: it needs Spec.Ask (and the jail, Net NetJail)")
+		}
+		pol, err := sshagent.NewPolicy(sshagent.Config{Hosts: a.Hosts, Keys: a.Keys, HostKeys: a.HostKeys, KeyFiles: a.KeyFiles, KnownHosts: files, Report: warn, Confirm: a.Confirm})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: SSHAgent: %w", err)
 		}
@@ -399,6 +408,16 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		}
 		s.jail = jail.New(setup, jopts)
 		nopts.Jail = s.jail
+		if s.agent != nil && spec.SSHAgent.Confirm {
+			b := s.jail.Asks()
+			s.agent.Policy.SetConfirm(func(g sshagent.Signature) error {
+				q := ask.Sign{Host: g.Host, Port: uint16(g.Port), Key: g.Key}
+				if c := g.Client; c != nil {
+					q.Who = &ask.Process{PID: c.PID, Argv: c.Argv}
+				}
+				return b.ConfirmSign(q)
+			})
+		}
 	}
 	if spec.Ask && setup == nil {
 		warn("Ask holds what the egress jail refuses: without the jail (Net " + string(spec.Net) + ") nothing is held")
@@ -616,7 +635,7 @@ func (e *eventQueue) push(ev Event, force bool) {
 // are capped, 64).
 func (e *eventQueue) request(s *Sandbox, r ask.Request) {
 	e.push(Event{Kind: EventRequest, Request: &Request{
-		ID: r.ID, Proto: r.Proto, Name: r.Name, Addr: r.Addr, Port: r.Port, HostPort: r.Kind == "host-port",
+		ID: r.ID, Proto: r.Proto, Name: r.Name, Addr: r.Addr, Port: r.Port, HostPort: r.Kind == "host-port", Key: r.Key,
 		Since: r.Since, Expires: r.Expires, s: s,
 	}}, true)
 }
@@ -761,15 +780,19 @@ func callerHomes() (string, []Mount) {
 // is refused after Spec.AskTimeout.
 type Request struct {
 	ID    int
-	Proto string // "tcp", "udp"
+	Proto string // "tcp", "udp"; "ssh" for a signature (Key)
 	// Name is the name asked for (a name off AllowDomains); Addr the
 	// address otherwise; HostPort: Port is a port of the host's loopback.
 	Name     string
 	Addr     string
 	Port     uint16
 	HostPort bool
-	Since    time.Time
-	Expires  time.Time
+	// Key is set for a signature of the SSH agent (SSHAgent.Confirm):
+	// the user key's SHA256 fingerprint; Proto is "ssh", Name and Port
+	// the allowed host's. Approve changes no reach then.
+	Key     string
+	Since   time.Time
+	Expires time.Time
 
 	s *Sandbox
 }

@@ -96,3 +96,21 @@ func TestSpecSSHAgent(t *testing.T) {
 		t.Errorf("the refusal was not reported: %q", warnings)
 	}
 }
+
+// SSHAgent.Confirm asks through the ask mode: without Spec.Ask, or
+// without the jail, Start refuses it.
+func TestSpecSSHAgentConfirmNeedsAsk(t *testing.T) {
+	for _, spec := range []sandbox.Spec{
+		{Command: []string{"true"}, SSHAgent: &sandbox.SSHAgent{Hosts: []string{"@github"}, Confirm: true}},
+		{Command: []string{"true"}, Net: sandbox.NetNone, Ask: true, SSHAgent: &sandbox.SSHAgent{Hosts: []string{"@github"}, Confirm: true}},
+	} {
+		sb, err := sandbox.Start(context.Background(), spec)
+		if err == nil {
+			sb.Wait()
+			t.Fatalf("started with Confirm (Ask %v, Net %q)", spec.Ask, spec.Net)
+		}
+		if !strings.Contains(err.Error(), "Confirm") || !strings.Contains(err.Error(), "Spec.Ask") {
+			t.Errorf("error %v", err)
+		}
+	}
+}

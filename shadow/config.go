@@ -78,6 +78,9 @@ type Config struct {
 	// approves or denies it; AskTimeout its --ask-timeout (0: default).
 	Ask        bool          `json:"ask,omitempty"`
 	AskTimeout time.Duration `json:"askTimeout,omitempty"`
+	// SSHConfirm is run's --ssh-confirm: each signature of the ssh-agent
+	// is a request of the ask mode first.
+	SSHConfirm bool `json:"sshConfirm,omitempty"`
 	// OSC52 is run's --osc52 allow: Claude Code may write the host
 	// terminal's clipboard when that terminal is its input. Off by
 	// default: a clipboard the sandbox filled is pasted into the host's
@@ -271,6 +274,7 @@ var configKeys = []configKey{
 		return nil
 	}},
 	{"ssh-key", func(c *Config, v configValue) error { return addParsed(&c.SSHKey, v, sshKey) }},
+	{"ssh-confirm", func(c *Config, v configValue) error { return setBool(&c.SSHConfirm, v) }},
 	{"ssh-host-key", func(c *Config, v configValue) error { return addParsed(&c.SSHHostKey, v, sshHostKey) }},
 	{"ssh-key-file", func(c *Config, v configValue) error { return addParsed(&c.SSHKeyFile, v, absPath) }},
 	{"debug", func(c *Config, v configValue) error { return setBool(&c.Debug, v) }},

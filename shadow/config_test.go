@@ -215,6 +215,7 @@ func TestConfigKeysTable(t *testing.T) {
 		"audit-log":          "audit-log = /var/log/cs-audit.jsonl",
 		"ask":                "ask",
 		"ask-timeout":        "ask-timeout = 1m",
+		"ssh-confirm":        "ssh-confirm = yes",
 	}
 	_, err := ParseConfig("f", strings.NewReader("no-such-key = 1\n"))
 	if err == nil {

@@ -59,12 +59,17 @@ type conn struct {
 	sid        []byte        // the last binding's session identifier
 	hostKey    ssh.PublicKey // and host key
 	host       *host         // the allowed host that key is, or nil
+	client     *Client       // the peer, when known
 }
 
 // Agent returns the agent one connection of the sandbox talks to, over
 // backing (a connection to the caller's agent of its own).
 func (p *Policy) Agent(backing agent.ExtendedAgent) agent.ExtendedAgent {
-	return &conn{p: p, backing: backing}
+	return p.agentFor(backing, nil)
+}
+
+func (p *Policy) agentFor(backing agent.ExtendedAgent, client *Client) agent.ExtendedAgent {
+	return &conn{p: p, backing: backing, client: client}
 }
 
 var errReadOnly = errors.New("the sandbox's ssh-agent takes no keys from inside: add them to the caller's agent, or name a key file (ssh-key-file)")
@@ -130,8 +135,14 @@ func (c *conn) SignWithFlags(key ssh.PublicKey, data []byte, flags agent.Signatu
 	default:
 		return nil, c.p.refuse(where, key, fmt.Sprintf("authentication method %q", req.Method))
 	}
-	// Seam: ask mode's confirmation of each signature (host, key) goes
-	// here, before the backing agent signs.
+	if c.p.confirmOn {
+		// --ssh-confirm: the ask mode asks a person first, and this
+		// waits for the answer (or the ask timeout).
+		s := Signature{Host: c.host.name, Port: c.host.port, Key: ssh.FingerprintSHA256(key), Client: c.client}
+		if err := c.p.confirmSign(s); err != nil {
+			return nil, c.p.refuse(where, key, err.Error())
+		}
+	}
 	sig, err := c.backing.SignWithFlags(key, data, flags)
 	if err != nil {
 		return nil, err

@@ -67,6 +67,33 @@ type Config struct {
 	KeyFiles []string
 	// Report receives one line per refused signature; nil drops them.
 	Report func(string)
+	// Confirm: every signature the policy allows is confirmed first by
+	// the hook Policy.SetConfirm sets (the ask mode, --ssh-confirm);
+	// without a hook it is refused.
+	Confirm bool
+}
+
+// Signature is a signature the policy allows, as the confirm hook sees
+// it.
+type Signature struct {
+	// Host and Port are the allowed host the connection is bound to.
+	Host string
+	Port int
+	// Key is the user key's SHA256 fingerprint.
+	Key string
+	// Client is the ssh client that asked, when known.
+	Client *Client
+}
+
+// Client is the process at the other end of an agent connection, from
+// the socket's peer credentials (SO_PEERCRED, taken at its connect).
+type Client struct {
+	// PID is its pid in the sandbox's pid namespace (the innermost of
+	// /proc/PID/status's NSpid), as ps inside shows it.
+	PID int
+	// Argv is its command line, as it shows it (a process can rewrite
+	// its own): information, not proof.
+	Argv []string
 }
 
 // Event is one signature made or refused, for the audit log.
@@ -112,7 +139,10 @@ type Policy struct {
 	report  func(string)
 	keyring agent.ExtendedAgent // the key files' keys; nil: the caller's agent
 
+	confirmOn bool
+
 	mu      sync.Mutex
+	confirm func(Signature) error
 	signed  map[string]int
 	refused map[string]int
 	events  func(Event)
@@ -176,7 +206,7 @@ func ParseHostKey(line string) (name string, port int, key ssh.PublicKey, err er
 // NewPolicy finds each host's keys and parses the allowed keys. A host
 // with no key is an error: the agent could never sign for it.
 func NewPolicy(cfg Config) (*Policy, error) {
-	p := &Policy{report: cfg.Report, signed: map[string]int{}, refused: map[string]int{}}
+	p := &Policy{report: cfg.Report, signed: map[string]int{}, refused: map[string]int{}, confirmOn: cfg.Confirm}
 	if p.report == nil {
 		p.report = func(string) {}
 	}
@@ -362,6 +392,29 @@ func (p *Policy) SetEvents(f func(Event)) {
 	p.mu.Lock()
 	p.events = f
 	p.mu.Unlock()
+}
+
+// SetConfirm sets the hook that confirms each signature when the policy
+// was made with Config.Confirm (the ask mode's broker, which exists only
+// once the jail does): nil lets the signature be made, an error refuses
+// it, its text the refusal's reason. It may block until someone answers.
+func (p *Policy) SetConfirm(f func(Signature) error) {
+	p.mu.Lock()
+	p.confirm = f
+	p.mu.Unlock()
+}
+
+// errNoConfirm refuses a signature to confirm when nothing can.
+var errNoConfirm = errors.New("no one can confirm it (ssh-confirm without the ask mode)")
+
+func (p *Policy) confirmSign(s Signature) error {
+	p.mu.Lock()
+	f := p.confirm
+	p.mu.Unlock()
+	if f == nil {
+		return errNoConfirm
+	}
+	return f(s)
 }
 
 func (p *Policy) event(e Event) {

@@ -6,7 +6,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/mounts"
 	"golang.org/x/crypto/ssh/agent"
@@ -119,8 +123,12 @@ func (s *Server) accept() {
 				s.mu.Unlock()
 				c.Close()
 			}()
+			var client *Client
+			if s.Policy.confirmOn {
+				client = peerClient(c)
+			}
 			if kr := s.Policy.keyring; kr != nil {
-				_ = agent.ServeAgent(s.Policy.Agent(kr), c)
+				_ = agent.ServeAgent(s.Policy.agentFor(kr, client), c)
 				return
 			}
 			b, err := net.Dial("unix", s.backing)
@@ -129,7 +137,7 @@ func (s *Server) accept() {
 				return
 			}
 			defer b.Close()
-			_ = agent.ServeAgent(s.Policy.Agent(agent.NewClient(b)), c)
+			_ = agent.ServeAgent(s.Policy.agentFor(agent.NewClient(b), client), c)
 		}()
 	}
 }
@@ -170,4 +178,59 @@ func (s *Server) Bind() mounts.Op {
 // files inside.
 func (s *Server) Env() [][2]string {
 	return [][2]string{{"SSH_AUTH_SOCK", InsideSocket}, {"GIT_SSH_COMMAND", GitSSHCommand}}
+}
+
+// peerClient finds the process at the other end of c from its peer
+// credentials: the pid SO_PEERCRED gives is in this process's pid
+// namespace (the host's, for the launcher); NSpid maps it to the
+// sandbox's. nil when it cannot be read (the process has gone).
+func peerClient(c net.Conn) *Client {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var cred *unix.Ucred
+	_ = raw.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err != nil || cred == nil || cred.Pid <= 0 {
+		return nil
+	}
+	return procClient(int(cred.Pid))
+}
+
+// maxArgv bounds the command line kept of a client.
+const maxArgv = 512
+
+// procClient reads pid's innermost pid and command line from /proc.
+func procClient(pid int) *Client {
+	dir := "/proc/" + strconv.Itoa(pid)
+	st, err := os.ReadFile(dir + "/status")
+	if err != nil {
+		return nil
+	}
+	cl := &Client{PID: pid}
+	for _, line := range strings.Split(string(st), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				if n, err := strconv.Atoi(f[len(f)-1]); err == nil {
+					cl.PID = n
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile(dir + "/cmdline"); err == nil {
+		if len(b) > maxArgv {
+			b = b[:maxArgv]
+		}
+		cl.Argv = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(cl.Argv) == 1 && cl.Argv[0] == "" {
+			cl.Argv = nil
+		}
+	}
+	return cl
 }

@@ -31,7 +31,8 @@ const requestsHelp = `Usage: claude-sandbox requests [ID] [--json]
 Lists the pending requests of your sandboxes started with --ask (or of
 sandbox ID): the request (REQ), the sandbox, what it asks to reach
 (protocol, name or address, port), the process when known, and since
-when. Answer with claude-sandbox approve REQ or claude-sandbox deny REQ.
+when; with --ssh-confirm, a signature the ssh agent would make (proto
+ssh, the host and the key). Answer with claude-sandbox approve REQ or claude-sandbox deny REQ.
 `
 
 const approveHelp = `Usage: claude-sandbox approve REQ [--once|--session|--always]
@@ -45,7 +46,9 @@ with every port, a host port); --once lets only the connections held for
 it go, and the next one asks again; --always is --session, and stores the
 approval for later sandboxes. deny refuses the held connections (the
 program inside gets its normal connection error) and every later one to
-the destination, without asking again. A request no one answers is
+the destination, without asking again. For a signature (--ssh-confirm),
+--once makes it, --session also that host and key's later ones,
+--always is refused, and deny refuses it only. A request no one answers is
 refused after --ask-timeout (30s by default). Only the sandbox's owner
 (or root), from outside every sandbox, can answer.
 `
@@ -99,8 +102,13 @@ func askNotice(who string, r ask.Request) string {
 	if r.Who != nil {
 		proc = " (" + processLabel(r.Who) + ")"
 	}
-	return fmt.Sprintf("claude-sandbox: %s asks to reach %s%s: claude-sandbox approve %d (or deny %d; refused in %s)",
-		who, escapeReport(r.What()), proc, r.ID, r.ID, r.Expires.Sub(r.Since).Round(time.Second))
+	verb := "asks to reach"
+	if r.Kind == ask.KindSSHSign {
+		// "asks for an ssh signature for HOST with key SHA256:..."
+		verb = "asks for an ssh"
+	}
+	return fmt.Sprintf("claude-sandbox: %s %s %s%s: claude-sandbox approve %d (or deny %d; refused in %s)",
+		who, verb, escapeReport(r.What()), proc, r.ID, r.ID, r.Expires.Sub(r.Since).Round(time.Second))
 }
 
 // processLabel names a request's process: its command and pid.
@@ -217,6 +225,8 @@ func requestsMain(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case r.Kind == "host-port":
 			dst = "host loopback"
+		case r.Kind == ask.KindSSHSign:
+			dst += " (sign with " + r.Key + ")"
 		case dst == "":
 			dst = r.Addr
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/ask"
+	"github.com/claude-sandbox/claude-sandbox/shadow"
 )
 
 // The terminal's notice names the request, the command that answers it,
@@ -48,5 +49,39 @@ func TestApproveUsage(t *testing.T) {
 		if code := realMain(args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d (%s), want 2", args, code, errb.String())
 		}
+	}
+}
+
+// An ssh-sign request's notice names the host, the key and the client.
+func TestAskNoticeSSHSign(t *testing.T) {
+	now := time.Now()
+	r := ask.Request{ID: 4, Proto: "ssh", Name: "github.com", Port: 22, Kind: ask.KindSSHSign, Key: "SHA256:abc", Since: now, Expires: now.Add(30 * time.Second),
+		Who: &ask.Process{PID: 12, Argv: []string{"ssh", "git@github.com"}}}
+	want := "claude-sandbox: Claude asks for an ssh signature for github.com with key SHA256:abc (ssh git@github.com, pid 12): claude-sandbox approve 4 (or deny 4; refused in 30s)"
+	if got := askNotice("Claude", r); got != want {
+		t.Errorf("notice %q, want %q", got, want)
+	}
+}
+
+// --ssh-confirm is refused without --ssh-agent, without --ask (the
+// message names it), and without the jail the ask mode needs.
+func TestSSHConfirmNeeds(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--json", "--ssh-confirm", "--ask", "--", "true"}, "--ssh-confirm needs --ssh-agent"},
+		{[]string{"plan", "--json", "--ssh-agent", "@github", "--ssh-confirm", "--", "true"}, "add --ask"},
+		{[]string{"plan", "--json", "--net=none", "--ssh-agent", "@github", "--ask", "--ssh-confirm", "--", "true"}, "needs the egress jail"},
+	} {
+		var out, errb bytes.Buffer
+		if code := realMain(c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+	cfg := shadow.DefaultConfig()
+	cfg.SSHConfirm = true
+	if x := shadowExtras(cfg, "/home/u", ""); !x.sshConfirm {
+		t.Error("the shadow's ssh-confirm does not reach the launch")
 	}
 }

@@ -28,6 +28,7 @@ type runArgs struct {
 	logBlocked string
 	auditLog   string
 	ask        bool          // --ask
+	sshConfirm bool          // --ssh-confirm
 	askTimeout time.Duration // --ask-timeout; 0: the default
 	// --json-status-fd (-1: none) and --json-status-blocked.
 	statusFD      int
@@ -262,6 +263,11 @@ func parseRunArgs(args []string, forPlan bool) (*runArgs, error) {
 				return nil, err
 			}
 			r.ask = true
+		case "--ssh-confirm":
+			if err := noInline(); err != nil {
+				return nil, err
+			}
+			r.sshConfirm = true
 		case "--ask-timeout":
 			v, err := value()
 			if err != nil {

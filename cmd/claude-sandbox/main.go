@@ -206,12 +206,12 @@ func runOrPlan(verb string, args []string, stdout, stderr io.Writer) int {
 	} else if r.opts.Chdir == "" && verb == "run" {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: the current directory cannot be found (%v): starting in /\n", err)
 	}
-	x := runExtras{ask: r.ask, askTimeout: r.askTimeout, logBlocked: r.logBlocked, auditLog: r.auditLog, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
+	x := runExtras{ask: r.ask, sshConfirm: r.sshConfirm, askTimeout: r.askTimeout, logBlocked: r.logBlocked, auditLog: r.auditLog, statusBlocked: r.statusBlocked, udpFlows: r.udpFlows, udpIdle: r.udpIdle, debug: r.debug, debugFile: r.debugFile, osc52: r.osc52}
 	if len(r.sshAgent) == 0 {
 		for _, o := range []struct {
 			name string
 			n    int
-		}{{"--ssh-key", len(r.sshKeys)}, {"--ssh-key-file", len(r.sshKeyFiles)}, {"--ssh-host-key", len(r.sshHostKeys)}} {
+		}{{"--ssh-confirm", b2i(r.sshConfirm)}, {"--ssh-key", len(r.sshKeys)}, {"--ssh-key-file", len(r.sshKeyFiles)}, {"--ssh-host-key", len(r.sshHostKeys)}} {
 			if o.n > 0 {
 				fmt.Fprintf(stderr, "claude-sandbox %s: %s needs --ssh-agent\n", verb, o.name)
 				return 2
@@ -237,6 +237,7 @@ type runExtras struct {
 	logBlocked    string           // --log-blocked FILE
 	auditLog      string           // --audit-log FILE, or the shadow's audit-log key
 	ask           bool             // --ask, or the shadow's ask key
+	sshConfirm    bool             // --ssh-confirm, or the shadow's ssh-confirm key
 	askTimeout    time.Duration    // --ask-timeout; 0: the default
 	status        *os.File         // --json-status-fd
 	statusBlocked bool             // --json-status-blocked
@@ -273,6 +274,21 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 			sw.end("failed", code, errors.New(msg))
 		}
 		return code
+	}
+	if x.sshConfirm {
+		// Each signature becomes a request of the ask mode's broker,
+		// which the jail holds: without them nothing could answer.
+		switch {
+		case x.sshAgent == nil:
+			return fail(2, "claude-sandbox %s: --ssh-confirm (ssh-confirm) confirms the signatures of --ssh-agent's agent: there is none (add --ssh-agent, or the ssh-agent key)", verb)
+		case !x.ask:
+			return fail(2, "claude-sandbox %s: --ssh-confirm (ssh-confirm) asks through the ask mode: add --ask (the ask key)", verb)
+		case opts.Net != "" && opts.Net != plan.NetJail:
+			return fail(2, "claude-sandbox %s: --ssh-confirm asks through the ask mode (--ask), which needs the egress jail: with --net=%s there is none", verb, opts.Net)
+		}
+		c := *x.sshAgent
+		c.Confirm = true
+		x.sshAgent = &c
 	}
 	var agentSrv *sshagent.Server
 	if x.sshAgent != nil {
@@ -426,7 +442,11 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 				return time.Since(time.Unix(0, lastWatch.Load())) < watchQuiet
 			})
 		}
-		nopts.Jail = jail.New(setup, jo)
+		j := jail.New(setup, jo)
+		nopts.Jail = j
+		if agentSrv != nil && x.sshConfirm {
+			agentSrv.Policy.SetConfirm(confirmSign(j.Asks()))
+		}
 	} else if x.ask {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: --ask holds what the egress jail refuses; with --net=%s there is no jail and nothing is held\n", opts.Net)
 	}

@@ -162,6 +162,13 @@ same host policy applies (repeatable)`},
 	{name: "--ssh-host-key", args: []string{"LINE"}, section: secNet, short: "a pinned host key of an --ssh-agent host", help: `with --ssh-agent, trust a host key given as LINE,
 'HOST KEYTYPE BASE64' (HOST an --ssh-agent host),
 besides what ~/.ssh/known_hosts holds (repeatable)`},
+	{name: "--ssh-confirm", section: secNet, short: "with --ask, ask before each signature --ssh-agent makes", help: `with --ssh-agent and --ask, every signature the
+agent's host policy allows is first a request of the
+ask mode (claude-sandbox requests: ssh-sign, the host
+and key): approve REQ --once signs it, --session
+signs that host and key's later ones without asking,
+deny REQ refuses it; ssh waits meanwhile (up to
+--ask-timeout)`},
 	{name: "--log-blocked", args: []string{"FILE"}, section: secNet, help: `append every blocked flow to FILE as a JSON line
 (otherwise a summary is printed when the command ends)`},
 	{name: "--audit-log", args: []string{"FILE"}, section: secNet, help: `append every flow decision (allowed and refused) and

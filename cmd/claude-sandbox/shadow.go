@@ -423,7 +423,7 @@ func gitIdentity() (name, email string) {
 // shadowExtras are the launch's choices the configuration makes besides
 // the plan.
 func shadowExtras(cfg shadow.Config, home, workspace string) runExtras {
-	x := runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile, osc52: cfg.OSC52, workspace: workspace, auditLog: cfg.AuditLog, ask: cfg.Ask, askTimeout: cfg.AskTimeout, shadow: true}
+	x := runExtras{debug: cfg.Debug, debugFile: cfg.DebugFile, osc52: cfg.OSC52, workspace: workspace, auditLog: cfg.AuditLog, ask: cfg.Ask, askTimeout: cfg.AskTimeout, sshConfirm: cfg.SSHConfirm, shadow: true}
 	if len(cfg.SSHAgent) > 0 {
 		x.sshAgent = &sshagent.Config{Hosts: cfg.SSHAgent, Keys: cfg.SSHKey, HostKeys: cfg.SSHHostKey, KeyFiles: cfg.SSHKeyFile, KnownHosts: sshagent.KnownHostsFiles(home)}
 	}

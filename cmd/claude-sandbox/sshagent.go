@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"os"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"github.com/claude-sandbox/claude-sandbox/plan"
 	"github.com/claude-sandbox/claude-sandbox/sshagent"
 )
@@ -37,4 +39,27 @@ func startSSHAgent(cfg sshagent.Config, opts *plan.Options, stderr io.Writer) (*
 		opts.AllowDomains = append(opts.AllowDomains, p.Endpoints()...)
 	}
 	return srv, nil
+}
+
+// confirmSign is --ssh-confirm's hook: each signature the agent's policy
+// allows is a request of the ask mode's broker b, and waits for its
+// answer.
+func confirmSign(b *ask.Broker) func(sshagent.Signature) error {
+	return func(s sshagent.Signature) error {
+		if b == nil {
+			return errors.New("the ask mode is off")
+		}
+		q := ask.Sign{Host: s.Host, Port: uint16(s.Port), Key: s.Key}
+		if c := s.Client; c != nil {
+			q.Who = &ask.Process{PID: c.PID, Argv: c.Argv}
+		}
+		return b.ConfirmSign(q)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -138,13 +138,16 @@ type Flow struct {
 
 // Request is a pending request, as requests lists it.
 type Request struct {
-	ID      int       `json:"id"`
-	Sandbox string    `json:"sandbox"`
-	Proto   string    `json:"proto"`
-	Name    string    `json:"name,omitempty"`
-	Addr    string    `json:"addr,omitempty"` // the gateway, for a host port
-	Port    uint16    `json:"port"`
-	Kind    string    `json:"kind"` // "name", "address", "host-port"
+	ID      int    `json:"id"`
+	Sandbox string `json:"sandbox"`
+	Proto   string `json:"proto"`
+	Name    string `json:"name,omitempty"`
+	Addr    string `json:"addr,omitempty"` // the gateway, for a host port
+	Port    uint16 `json:"port"`
+	Kind    string `json:"kind"` // "name", "address", "host-port", "ssh-sign"
+	// Key is the user key's SHA256 fingerprint of an ssh-sign request
+	// (its Name and Port are the allowed host's; Proto is "ssh").
+	Key     string    `json:"key,omitempty"`
 	Who     *Process  `json:"who,omitempty"`
 	Since   time.Time `json:"since"`
 	Expires time.Time `json:"expires"`
@@ -155,6 +158,11 @@ type Request struct {
 func (r Request) What() string {
 	host := r.Name
 	switch {
+	case r.Kind == KindSSHSign:
+		if r.Port != 22 {
+			host = "[" + host + "]:" + strconv.Itoa(int(r.Port))
+		}
+		return "signature for " + host + " with key " + r.Key
 	case r.Kind == "host-port":
 		host = "the host's port"
 		return fmt.Sprintf("%s %d/%s", host, r.Port, r.Proto)
@@ -229,6 +237,7 @@ const decidedTTL = 3 * time.Minute
 const maxDecided = 4096
 
 type destKey struct {
+	sign     string // an ssh-sign request: the key's fingerprint
 	proto    netpolicy.Proto
 	name     string
 	addr     netip.Addr
@@ -247,6 +256,11 @@ type decided struct {
 }
 
 type entry struct {
+	// done is closed when an ssh-sign request is decided; v is then
+	// the decision (Pass: approved).
+	done  chan struct{}
+	v     Verdict
+	why   error
 	req   Request
 	key   destKey
 	held  map[netip.AddrPort]func()
@@ -267,6 +281,7 @@ type Broker struct {
 	denied   map[destKey]struct{} // refused without asking (deny)
 	overflow int                  // refused at the cap
 	asked    int                  // requests made
+	signOK   map[destKey]struct{} // ssh signatures approved for the session
 }
 
 // New returns a broker.
@@ -286,6 +301,7 @@ func New(cfg Config) *Broker {
 	return &Broker{
 		cfg: cfg, pending: map[destKey]*entry{}, byID: map[int]*entry{},
 		flows: map[srcKey]decided{}, denied: map[destKey]struct{}{},
+		signOK: map[destKey]struct{}{},
 	}
 }
 
@@ -434,9 +450,21 @@ func (b *Broker) Approve(id int, scope Scope) (Request, error) {
 		return Request{}, ErrNoRequest
 	}
 	req := e.req
+	sign := e.done != nil
+	if sign && scope == Always {
+		b.mu.Unlock()
+		return req, ErrAlwaysSign
+	}
+	if sign && scope == Session && len(b.signOK) < maxDecided {
+		// Before the waiting signatures go: one that comes meanwhile
+		// passes too.
+		b.signOK[e.key] = struct{}{}
+	}
 	b.mu.Unlock()
 	d := Decision{Request: req, Approved: true, Scope: scope}
-	if b.cfg.Approve != nil {
+	if b.cfg.Approve != nil && !sign {
+		// An ssh signature changes no reach: the hook (the jail's
+		// reach) is not told of it.
 		// Outside the lock: the hook changes the jail's reach, which
 		// may take the refusers' paths (that call Ask).
 		if err := b.cfg.Approve(d); err != nil {
@@ -472,7 +500,8 @@ func (b *Broker) Deny(id int) (Request, error) {
 		return Request{}, ErrNoRequest
 	}
 	req := e.req
-	if len(b.denied) < maxDecided {
+	if e.done == nil && len(b.denied) < maxDecided {
+		// A signature denied is that one: the next asks again.
 		b.denied[e.key] = struct{}{}
 	}
 	b.mu.Unlock()
@@ -515,6 +544,18 @@ func (b *Broker) finish(id int, v Verdict, expired bool) bool {
 	delete(b.pending, e.key)
 	if e.stop != nil && !expired {
 		e.stop()
+	}
+	if e.done != nil {
+		e.v, e.why = v, ErrDenied
+		switch {
+		case expired:
+			e.why = ErrExpired
+		case b.closed:
+			e.why = ErrClosed
+		}
+		close(e.done)
+		b.mu.Unlock()
+		return true
 	}
 	now := b.cfg.Now()
 	b.gcLocked(now)
@@ -559,4 +600,87 @@ func (b *Broker) Close() {
 	for _, id := range ids {
 		b.finish(id, Refuse, false)
 	}
+}
+
+// KindSSHSign is the kind of a request to make an ssh signature
+// (ConfirmSign).
+const KindSSHSign = "ssh-sign"
+
+// Sign is a signature the sandbox's ssh agent would make: its host
+// policy allows it, and the ask mode confirms each (--ssh-confirm).
+type Sign struct {
+	// Host and Port are the allowed host the connection is bound to.
+	Host string
+	Port uint16
+	// Key is the user key's SHA256 fingerprint.
+	Key string
+	// Who is the ssh client, when known.
+	Who *Process
+}
+
+// Errors ConfirmSign refuses a signature with; their text is the
+// refusal's reason in the agent's report and the audit log.
+var (
+	// ErrDenied: the request was denied.
+	ErrDenied = errors.New("denied")
+	// ErrExpired: no one answered in time.
+	ErrExpired = errors.New("not answered in time (the ask timeout)")
+	// ErrClosed: the sandbox ends.
+	ErrClosed = errors.New("the sandbox ends")
+	// ErrTooMany: the pending requests are at their cap.
+	ErrTooMany = errors.New("too many pending requests")
+	// ErrAlwaysSign: approve --always is not for a signature.
+	ErrAlwaysSign = errors.New("an ssh signature is approved --once or --session, never stored for later sandboxes (--always)")
+)
+
+// ConfirmSign asks for signature s and waits for the answer (approved
+// once or for the session, denied, or the timeout): nil lets it be made.
+// A (host, key) approved for the session passes without asking; a
+// signature asked for while another for the same host and key waits
+// joins its request. Unlike a flow's, a denial is that request's: the
+// next signature asks again.
+func (b *Broker) ConfirmSign(s Sign) error {
+	k := destKey{sign: s.Key, name: s.Host, port: s.Port}
+	now := b.cfg.Now()
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	if _, ok := b.signOK[k]; ok {
+		b.mu.Unlock()
+		return nil
+	}
+	e := b.pending[k]
+	var req Request
+	if e != nil {
+		e.req.Held++
+	} else {
+		if len(b.pending) >= b.cfg.MaxPending {
+			b.overflow++
+			b.mu.Unlock()
+			return ErrTooMany
+		}
+		b.next++
+		b.asked++
+		e = &entry{key: k, done: make(chan struct{})}
+		e.req = Request{
+			ID: b.next, Sandbox: b.cfg.Sandbox, Proto: "ssh", Name: s.Host, Port: s.Port,
+			Kind: KindSSHSign, Key: s.Key, Who: s.Who, Since: now, Expires: now.Add(b.cfg.Timeout), Held: 1,
+		}
+		b.pending[k] = e
+		b.byID[e.req.ID] = e
+		id := e.req.ID
+		e.stop = b.cfg.AfterFunc(b.cfg.Timeout, func() { b.expire(id) })
+		req = e.req
+	}
+	b.mu.Unlock()
+	if req.ID != 0 && b.cfg.OnRequest != nil {
+		b.cfg.OnRequest(req)
+	}
+	<-e.done
+	if e.v == Pass {
+		return nil
+	}
+	return e.why
 }
