@@ -30,7 +30,8 @@ type AuditRecord struct {
 	Time    time.Time `json:"time"`
 	Sandbox string    `json:"sandbox,omitempty"`
 	// Event is "flow" (a flow decision), "flow-end" (the end of a flow
-	// let through: its bytes each way and duration), "reach" (allow or revoke while
+	// let through: its bytes each way and duration), "dns" (a query the
+	// domain allowlist's resolver allowed), "reach" (allow or revoke while
 	// running), "policy" (the blocked set changed), "request" (a
 	// request of the ask mode answered or expired: Verdict says how), or
 	// "ssh-sign" / "ssh-refuse" (the --ssh-agent agent signed, or
@@ -47,6 +48,10 @@ type AuditRecord struct {
 	Reason  string `json:"reason,omitempty"`
 	Host    string `json:"host,omitempty"`
 	Key     string `json:"key,omitempty"`
+	// QType is a "dns" record's query type (A, AAAA, TXT...): a query
+	// for Name the domain allowlist's resolver (at Addr, Port) answered
+	// or relayed; refused ones are "flow" records, verdict "refused".
+	QType string `json:"qtype,omitempty"`
 	// Src is a flow's sandbox end (address and port of its socket), by
 	// which a "flow-end" record pairs with its "flow" record.
 	Src string `json:"src,omitempty"`
@@ -193,6 +198,10 @@ func (a *Audit) block(b netpolicy.Block) {
 // (the zero Owner: not found).
 func (a *Audit) flow(f userstack.Flow, t time.Time, o Owner) {
 	if a == nil {
+		return
+	}
+	if f.QType != "" {
+		a.Write(AuditRecord{Time: t, Event: "dns", Proto: f.Proto.String(), Name: f.Name, QType: f.QType, Addr: f.Dst.Addr().String(), Port: f.Dst.Port(), Verdict: "allowed", Rule: f.Rule})
 		return
 	}
 	r := AuditRecord{Time: t, Event: "flow", Proto: f.Proto.String(), Name: f.Name, Verdict: "allowed", Rule: f.Rule, Port: f.Dst.Port(), Src: f.Src.String(), PID: o.PID, Argv: o.Argv, Cwd: o.Cwd}

@@ -260,6 +260,10 @@ func (a *auditFlows) run() {
 			a.j.opts.Audit.flowEnd(q.e)
 			continue
 		}
+		if q.f.QType != "" {
+			a.j.opts.Audit.flow(q.f, q.t, Owner{}) // a DNS query: no socket to look up
+			continue
+		}
 		var o Owner
 		if a.j.ownerAllowed() {
 			o, _ = a.j.boundedOwner(q.f.Proto.String(), q.f.Src, q.f.Dst)

@@ -5,8 +5,11 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
@@ -175,8 +178,13 @@ func TestFlowEndUDP(t *testing.T) {
 			}
 		}
 		want := Flow{Proto: netpolicy.ProtoUDP, Src: src, Dst: dst, Target: dst, Rule: h.st.cfg.Policy.Check(netpolicy.ProtoUDP, dst).Rule}
-		if f := <-flows; f != want {
-			t.Errorf("OnFlow: %+v, want %+v", f, want)
+		select { // told on the datagram's path, before it was sent
+		case f := <-flows:
+			if f != want {
+				t.Errorf("OnFlow: %+v, want %+v", f, want)
+			}
+		default:
+			t.Errorf("OnFlow not told of the UDP flow")
 		}
 		if len(flows) != 0 {
 			t.Errorf("OnFlow told again of a destination the mapping admits: %+v", <-flows)
@@ -198,4 +206,21 @@ func TestFlowEndUDP(t *testing.T) {
 			t.Errorf("flow end: %+v, want 2 datagrams of 3 bytes up, 1 of 4 down, idle after 6m", e)
 		}
 	})
+}
+
+// The allowlist's resolver tells Config.OnFlow of each query it allowed,
+// at most maxDNSRecords a second: the rest are counted, not told of (a
+// sandbox looking names up in a loop does not flood the audit log).
+func TestDNSRecordsBounded(t *testing.T) {
+	var told atomic.Int64
+	h := newNamesHarnessWith(t, map[string][]uint16{"api.test": {443}}, NameConfig{},
+		func(c *Config) { c.OnFlow = func(f Flow) { told.Add(1) } })
+	h.zone.addA("api.test", "203.0.113.10")
+	// The clock stands still: one second's worth.
+	for i := 0; i < maxDNSRecords+20; i++ {
+		h.query(t, "api.test.", dnsmessage.TypeA)
+	}
+	if n := told.Load(); n != maxDNSRecords || h.st.DNSRecordsDropped() != 20 {
+		t.Errorf("%d records, %d dropped; want %d and 20", told.Load(), h.st.DNSRecordsDropped(), maxDNSRecords)
+	}
 }

@@ -2,7 +2,10 @@ package userstack
 
 import (
 	"net/netip"
+	"strings"
 	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
@@ -24,7 +27,42 @@ type Flow struct {
 	Name string
 	// Rule is the rule that let it through.
 	Rule string
+	// QType, when set, makes it a DNS query the domain allowlist's
+	// resolver answered or relayed (not a flow): the question's Name, of
+	// type QType ("A", "AAAA", "TXT", ...), sent to Dst over Proto; Src
+	// unknown. Rate-bounded (maxDNSRecords).
+	QType string
 }
+
+// maxDNSRecords bounds the DNS query records a second (the queries
+// beyond are answered as ever, counted in Stack.DNSRecordsDropped, not
+// told of): a sandbox looking names up in a loop does not fill the audit
+// log with them, and the records it does get cost the resolver's worker a
+// call of OnFlow.
+const maxDNSRecords = 200
+
+// noteDNS tells Config.OnFlow of a query for name, of type t, the
+// allowlist allowed (rule), within maxDNSRecords a second. Refused
+// queries are recorded as blocks (OnBlock) already.
+func (st *Stack) noteDNS(proto netpolicy.Proto, to netip.AddrPort, name string, t dnsmessage.Type, rule string) {
+	fn := st.cfg.OnFlow
+	if fn == nil {
+		return
+	}
+	now := st.cfg.Now().Unix()
+	if w := st.dnsWindow.Load(); w != now && st.dnsWindow.CompareAndSwap(w, now) {
+		st.dnsCount.Store(0)
+	}
+	if st.dnsCount.Add(1) > maxDNSRecords {
+		st.dnsDropped.Add(1)
+		return
+	}
+	fn(Flow{Proto: proto, Dst: to, Name: name, Rule: rule, QType: strings.TrimPrefix(t.String(), "Type")})
+}
+
+// DNSRecordsDropped is how many DNS queries were not told of to
+// Config.OnFlow, beyond maxDNSRecords a second.
+func (st *Stack) DNSRecordsDropped() uint64 { return st.dnsDropped.Load() }
 
 // FlowEnd is the end of a flow Config.OnFlow was told of
 // (Config.OnFlowEnd): a TCP connection torn down, or a UDP mapping

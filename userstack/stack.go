@@ -214,6 +214,11 @@ type Stack struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// The DNS query records' rate bound (flowhook.go): the second the
+	// count is of, the count, and the records left out.
+	dnsWindow, dnsCount atomic.Int64
+	dnsDropped          atomic.Uint64
+
 	mu      sync.Mutex
 	closed  bool
 	tcp     map[flowKey]*tcpFlow
