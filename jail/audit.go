@@ -29,7 +29,9 @@ const DefaultAuditMax = 16 << 20
 type AuditRecord struct {
 	Time    time.Time `json:"time"`
 	Sandbox string    `json:"sandbox,omitempty"`
-	// Event is "flow" (a flow decision), "reach" (allow or revoke while
+	// Event is "flow" (a flow decision), "flow-end" (the end of a flow
+	// let through: its bytes each way and duration), "dns" (a query the
+	// domain allowlist's resolver allowed), "reach" (allow or revoke while
 	// running), "policy" (the blocked set changed), "request" (a
 	// request of the ask mode answered or expired: Verdict says how), or
 	// "ssh-sign" / "ssh-refuse" (the --ssh-agent agent signed, or
@@ -46,6 +48,23 @@ type AuditRecord struct {
 	Reason  string `json:"reason,omitempty"`
 	Host    string `json:"host,omitempty"`
 	Key     string `json:"key,omitempty"`
+	// QType is a "dns" record's query type (A, AAAA, TXT...): a query
+	// for Name the domain allowlist's resolver (at Addr, Port) answered
+	// or relayed; refused ones are "flow" records, verdict "refused".
+	QType string `json:"qtype,omitempty"`
+	// Src is a flow's sandbox end (address and port of its socket), by
+	// which a "flow-end" record pairs with its "flow" record.
+	Src string `json:"src,omitempty"`
+	// A "flow-end" record's: the payload bytes relayed from the sandbox
+	// out (BytesOut) and to it (BytesIn), UDP's datagrams each way, the
+	// flow's duration in milliseconds, and how it ended (Ended: see
+	// userstack.FlowEnd.How). Pointers so that a zero is written.
+	BytesOut     *uint64 `json:"bytes_out,omitempty"`
+	BytesIn      *uint64 `json:"bytes_in,omitempty"`
+	DatagramsOut *uint64 `json:"datagrams_out,omitempty"`
+	DatagramsIn  *uint64 `json:"datagrams_in,omitempty"`
+	DurationMS   *int64  `json:"duration_ms,omitempty"`
+	Ended        string  `json:"ended,omitempty"`
 	// The process behind a flow, when found (its socket still open when
 	// looked up): its pid in the sandbox, argv and working directory,
 	// bounded and escaped.
@@ -181,12 +200,34 @@ func (a *Audit) flow(f userstack.Flow, t time.Time, o Owner) {
 	if a == nil {
 		return
 	}
-	r := AuditRecord{Time: t, Event: "flow", Proto: f.Proto.String(), Name: f.Name, Verdict: "allowed", Rule: f.Rule, Port: f.Dst.Port(), PID: o.PID, Argv: o.Argv, Cwd: o.Cwd}
+	if f.QType != "" {
+		a.Write(AuditRecord{Time: t, Event: "dns", Proto: f.Proto.String(), Name: f.Name, QType: f.QType, Addr: f.Dst.Addr().String(), Port: f.Dst.Port(), Verdict: "allowed", Rule: f.Rule})
+		return
+	}
+	r := AuditRecord{Time: t, Event: "flow", Proto: f.Proto.String(), Name: f.Name, Verdict: "allowed", Rule: f.Rule, Port: f.Dst.Port(), Src: f.Src.String(), PID: o.PID, Argv: o.Argv, Cwd: o.Cwd}
 	switch {
 	case f.Target.IsValid():
 		r.Addr, r.Port = f.Target.Addr().String(), f.Target.Port()
 	case f.Name == "":
 		r.Addr = f.Dst.Addr().String()
+	}
+	a.Write(r)
+}
+
+// flowEnd records the end of a flow let through (at its end: the
+// record's time is the end's).
+func (a *Audit) flowEnd(e userstack.FlowEnd) {
+	if a == nil {
+		return
+	}
+	ms := e.Duration.Milliseconds()
+	r := AuditRecord{Time: e.Start.Add(e.Duration), Event: "flow-end", Proto: e.Proto.String(), Name: e.Name,
+		Port: e.Dst.Port(), Src: e.Src.String(), BytesOut: &e.Up, BytesIn: &e.Down, DurationMS: &ms, Ended: e.How}
+	if e.Name == "" {
+		r.Addr = e.Dst.Addr().String()
+	}
+	if e.Proto == netpolicy.ProtoUDP {
+		r.DatagramsOut, r.DatagramsIn = &e.UpPackets, &e.DownPackets
 	}
 	a.Write(r)
 }

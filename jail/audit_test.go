@@ -23,6 +23,10 @@ func TestAuditCap(t *testing.T) {
 	for i := 0; i < 10000; i++ {
 		a.block(netpolicy.Block{Proto: netpolicy.ProtoTCP, Dst: netip.MustParseAddrPort("10.1.2.3:22"), Rule: "private range 10.0.0.0/8"})
 	}
+	// Flow ends go through the same cap.
+	for i := 0; i < 2000; i++ {
+		a.flowEnd(userstack.FlowEnd{Proto: netpolicy.ProtoUDP, Src: netip.MustParseAddrPort("10.0.2.2:5000"), Dst: netip.MustParseAddrPort("203.0.113.9:53"), Up: 1, Down: 2, UpPackets: 1, DownPackets: 1, Start: time.Now(), How: "idle"})
+	}
 	a.flow(userstack.Flow{Proto: netpolicy.ProtoTCP, Dst: netip.MustParseAddrPort("203.0.113.9:443"), Target: netip.MustParseAddrPort("203.0.113.9:443"), Rule: "internet"}, time.Time{}, Owner{})
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -48,5 +52,42 @@ func TestAuditCap(t *testing.T) {
 	}
 	if _, err := os.Stat(p + ".2"); err == nil {
 		t.Error("more than one rotation kept")
+	}
+}
+
+// A DNS query's record is a "dns" line (name, qtype, the resolver's
+// address). A flow's end is recorded as a "flow-end" line with its bytes each way
+// (zeros written, not left out), datagrams for UDP, its duration and how
+// it ended, paired with its "flow" line by src.
+func TestAuditFlowEnd(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "audit.jsonl")
+	a, err := OpenAudit(p, "abc", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	src := netip.MustParseAddrPort("10.0.2.2:40000")
+	a.flow(userstack.Flow{Proto: netpolicy.ProtoTCP, Src: src, Dst: netip.MustParseAddrPort("203.0.113.9:443"), Target: netip.MustParseAddrPort("203.0.113.9:443"), Rule: "internet"}, start, Owner{})
+	a.flowEnd(userstack.FlowEnd{Proto: netpolicy.ProtoTCP, Src: src, Dst: netip.MustParseAddrPort("203.0.113.9:443"), Up: 0, Down: 1234, Start: start, Duration: 2500 * time.Millisecond, How: "closed"})
+	a.flowEnd(userstack.FlowEnd{Proto: netpolicy.ProtoUDP, Src: src, Dst: netip.MustParseAddrPort("203.0.113.9:53"), Up: 30, Down: 90, UpPackets: 1, DownPackets: 2, Start: start, Duration: time.Minute, How: "idle"})
+	a.flow(userstack.Flow{Proto: netpolicy.ProtoUDP, Dst: netip.MustParseAddrPort("10.0.2.3:53"), Name: "api.test", Rule: "allow-domain api.test", QType: "AAAA"}, start, Owner{PID: 9})
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	want := []string{
+		`{"time":"2026-01-01T00:00:00Z","sandbox":"abc","event":"flow","proto":"tcp","addr":"203.0.113.9","port":443,"verdict":"allowed","rule":"internet","src":"10.0.2.2:40000"}`,
+		`{"time":"2026-01-01T00:00:02.5Z","sandbox":"abc","event":"flow-end","proto":"tcp","addr":"203.0.113.9","port":443,"src":"10.0.2.2:40000","bytes_out":0,"bytes_in":1234,"duration_ms":2500,"ended":"closed"}`,
+		`{"time":"2026-01-01T00:01:00Z","sandbox":"abc","event":"flow-end","proto":"udp","addr":"203.0.113.9","port":53,"src":"10.0.2.2:40000","bytes_out":30,"bytes_in":90,"datagrams_out":1,"datagrams_in":2,"duration_ms":60000,"ended":"idle"}`,
+		`{"time":"2026-01-01T00:00:00Z","sandbox":"abc","event":"dns","proto":"udp","name":"api.test","addr":"10.0.2.3","port":53,"verdict":"allowed","rule":"allow-domain api.test","qtype":"AAAA"}`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines: %s", len(lines), b)
+	}
+	for i := range want {
+		if lines[i] != want[i] {
+			t.Errorf("line %d:\n got %s\nwant %s", i, lines[i], want[i])
+		}
 	}
 }

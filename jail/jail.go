@@ -223,6 +223,7 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		Inbound:    len(j.opts.Publish) > 0,
 		OnBlock:    j.record,
 		OnFlow:     j.auditFlow(),
+		OnFlowEnd:  j.auditFlowEnd(),
 		Pinger:     userstack.HostPinger{},
 		// Evictions are logged in the block log's format but are not
 		// blocks: the summary counts them apart.

@@ -225,26 +225,48 @@ func (a *auditFlows) close() {
 	<-a.done
 }
 
-// queuedFlow is a flow waiting for its owner, and when it was let through.
+// queuedFlow is a flow waiting for its owner, and when it was let
+// through; or (end set) a flow's end, queued behind it so that the two
+// are written in order.
 type queuedFlow struct {
-	f userstack.Flow
-	t time.Time
+	f   userstack.Flow
+	t   time.Time
+	e   userstack.FlowEnd
+	end bool
 }
 
 func (a *auditFlows) note(f userstack.Flow) {
 	select {
-	case a.ch <- queuedFlow{f, time.Now()}:
+	case a.ch <- queuedFlow{f: f, t: time.Now()}:
 	default:
 		a.j.opts.Audit.flow(f, time.Now(), Owner{})
+	}
+}
+
+// noteEnd is the userstack's OnFlowEnd: the end goes through the queue
+// (after its flow's record); a full queue writes it at once.
+func (a *auditFlows) noteEnd(e userstack.FlowEnd) {
+	select {
+	case a.ch <- queuedFlow{e: e, end: true}:
+	default:
+		a.j.opts.Audit.flowEnd(e)
 	}
 }
 
 func (a *auditFlows) run() {
 	defer close(a.done)
 	for q := range a.ch {
+		if q.end {
+			a.j.opts.Audit.flowEnd(q.e)
+			continue
+		}
+		if q.f.QType != "" {
+			a.j.opts.Audit.flow(q.f, q.t, Owner{}) // a DNS query: no socket to look up
+			continue
+		}
 		var o Owner
 		if a.j.ownerAllowed() {
-			o, _ = a.j.boundedOwner("tcp", q.f.Src, q.f.Dst)
+			o, _ = a.j.boundedOwner(q.f.Proto.String(), q.f.Src, q.f.Dst)
 		}
 		a.j.opts.Audit.flow(q.f, q.t, o)
 	}

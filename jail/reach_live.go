@@ -259,6 +259,15 @@ func (j *Jail) auditFlow() func(userstack.Flow) {
 	return j.auditFlows.note
 }
 
+// auditFlowEnd is the userstack's OnFlowEnd: nil without an audit log
+// (the stack then does nothing at a flow's end). After auditFlow.
+func (j *Jail) auditFlowEnd() func(userstack.FlowEnd) {
+	if j.auditFlows == nil {
+		return nil
+	}
+	return j.auditFlows.noteEnd
+}
+
 // changeEntry allows (allow) or revokes e against the launch-time entries
 // and what was allowed (added) or revoked since, both copied on write (a
 // reachState is shared with readers). It reports whether anything changed:

@@ -218,7 +218,8 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 		resp.RCode = dnsmessage.RCodeRefused
 		return build(resp, qs, nil, limit)
 	}
-	if ok, rule := n.rules.AllowName(name); !ok {
+	ok, rule := n.rules.AllowName(name)
+	if !ok {
 		if _, valid := netpolicy.CanonicalName(name); valid && n.st.cfg.Ask != nil && askableName(rule) {
 			return n.askAnswer(resp, qs, question, limit)
 		}
@@ -229,6 +230,7 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 		resp.RCode = dnsmessage.RCodeNameError
 		return build(resp, qs, nil, limit)
 	}
+	n.st.noteDNS(proto, to, name, question.Type, rule)
 	switch question.Type {
 	case dnsmessage.TypeA, dnsmessage.TypeAAAA:
 		v6 := question.Type == dnsmessage.TypeAAAA

@@ -22,6 +22,10 @@ func TestOnFlowRules(t *testing.T) {
 		func(c *Config) { c.OnFlow = func(f Flow) { flows <- f } }, netip.MustParsePrefix("192.168.1.50/32"))
 	h.zone.addA("api.test", "203.0.113.10")
 	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	// The query itself, allowed: one record (not a flow: QType set).
+	if got, want := <-flows, (Flow{Proto: netpolicy.ProtoUDP, Dst: netip.AddrPortFrom(dns4, 53), Name: "api.test", Rule: "allow-domain api.test", QType: "A"}); got != want {
+		t.Errorf("the query's record: %+v, want %+v", got, want)
+	}
 	ip := netip.MustParseAddrPort("192.168.1.50:5064")
 	for i, tt := range []struct {
 		dst  netip.AddrPort

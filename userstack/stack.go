@@ -157,10 +157,16 @@ type Config struct {
 	// counted ([Stack.EvictRecordsDropped]); every eviction is counted in
 	// [Stack.UDPEvictions].
 	OnEvict func(netpolicy.Block)
-	// OnFlow, when set, is told of every new TCP flow let through, from
-	// the event loop (it must return quickly): the audit log's allowed
-	// flows (flowhook.go).
+	// OnFlow, when set, is told of every new TCP flow let through and
+	// every new destination a UDP mapping admits, from the event loop (it
+	// must return quickly): the audit log's allowed flows (flowhook.go).
 	OnFlow func(Flow)
+	// OnFlowEnd, when set, is told of the end of each flow OnFlow was
+	// told of (a UDP mapping's: once, whatever its destinations), with
+	// its bytes each way and duration, from the event loop, a worker, the
+	// janitor or Close (it must return quickly). Nil: nothing is done at
+	// a flow's end beyond what the relay does anyway.
+	OnFlowEnd func(FlowEnd)
 	// MaxRelayMemory bounds the bytes the TCP relay buffers across all
 	// flows (see mem.go), the connections into the sandbox's buffers
 	// included (publish.go); default DefaultMaxRelayMemory.
@@ -207,6 +213,11 @@ type Stack struct {
 	local  map[netip.Addr]bool
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// The DNS query records' rate bound (flowhook.go): the second the
+	// count is of, the count, and the records left out.
+	dnsWindow, dnsCount atomic.Int64
+	dnsDropped          atomic.Uint64
 
 	mu      sync.Mutex
 	closed  bool
@@ -429,7 +440,7 @@ func (st *Stack) Close() {
 	st.cancel()
 	st.closeTCP(tcpFlows)
 	for _, f := range flows {
-		f.close()
+		f.close("stack closed")
 	}
 	st.s.Close()
 	st.ep.Close()

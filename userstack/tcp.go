@@ -384,6 +384,16 @@ type tcpFlow struct {
 
 	peek  *peekState // a flow to a name whose first bytes are not decided yet (peek.go)
 	watch *flowWatch // a flow to a name let through before its first message (peekwatch.go)
+
+	// For Config.OnFlowEnd (flowhook.go): the payload taken from the
+	// sandbox (up, less what is left in pend at the end) and read from the
+	// host (down, less what is left unacknowledged in sent); start and
+	// name are set only with OnFlowEnd (before the flow is filed);
+	// endHow, when set, says how it ended.
+	up, down uint64
+	start    time.Time
+	name     string
+	endHow   string
 }
 
 // flowFlags are what has happened to a flow beyond its state: the
@@ -558,6 +568,11 @@ func (f *tcpFlow) unlock() {
 	if f.peek != nil {
 		f.peek.stop()
 	}
+	var end FlowEnd
+	report := !f.start.IsZero()
+	if report {
+		end = f.tcpEnd() // before sent and pend are let go
+	}
 	for i := range f.sent {
 		f.st.memGive(f.sent[i].cost)
 		f.sent[i].release()
@@ -576,6 +591,9 @@ func (f *tcpFlow) unlock() {
 		st.opening--
 	}
 	st.mu.Unlock()
+	if report {
+		st.cfg.OnFlowEnd(end)
+	}
 }
 
 // interest is what the flow waits for on its host socket: the connect's
@@ -615,6 +633,9 @@ func (f *tcpFlow) interest() uint32 {
 func (st *Stack) closeTCP(flows map[flowKey]*tcpFlow) {
 	for _, f := range flows {
 		f.mu.Lock()
+		if f.state != tcpClosed {
+			f.endHow = "stack closed"
+		}
 		f.state = tcpClosed
 		f.unlock()
 	}

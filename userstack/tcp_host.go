@@ -119,12 +119,16 @@ func (f *tcpFlow) dialFailed(err error) {
 	f.st.cfg.Logf("userstack: dial tcp %s: %v", f.key.dst, err)
 	switch {
 	case errors.Is(err, errDialTimeout) || errors.Is(err, unix.ETIMEDOUT) || errors.Is(err, context.DeadlineExceeded):
+		f.endHow = "timeout (dial)"
 	case errors.Is(err, unix.EHOSTUNREACH) || errors.Is(err, unix.EHOSTDOWN):
 		f.st.tcpUnreachable(f, false)
 	case errors.Is(err, unix.ENETUNREACH):
 		f.st.tcpUnreachable(f, true)
 	default:
 		f.sendReset()
+	}
+	if f.endHow == "" {
+		f.endHow = "dial failed"
 	}
 	f.state = tcpClosed
 }
@@ -167,6 +171,9 @@ func (f *tcpFlow) refuseDialing(record func()) {
 			record()
 		}
 		f.sendReset()
+	}
+	if f.endHow == "" {
+		f.endHow = "refused"
 	}
 	f.state = tcpClosed
 }
@@ -456,6 +463,7 @@ func (f *tcpFlow) flush() {
 		f.pend = trimFront(f.pend, n)
 	}
 	f.st.memGive(f.pendLen) // what a failed host socket will never take
+	f.up -= uint64(f.pendLen)
 	f.pend, f.pendLen = nil, 0
 	f.flags &^= pendWaiting
 	if f.state != tcpClosed {
@@ -543,6 +551,7 @@ func (f *tcpFlow) readSome() {
 			readBuffers.Put(buf)
 		}
 		f.st.memGive(grant - c.cost)
+		f.down += uint64(n)
 		f.sendData(c)
 		if n < room {
 			return
@@ -560,6 +569,9 @@ func (f *tcpFlow) hostFailed(err error) {
 	f.sendReset()
 	f.flags |= resetHost
 	f.state = tcpClosed
+	if f.endHow == "" {
+		f.endHow = "reset by the host side"
+	}
 }
 
 // hostOpen reports whether the host side is still read: established, and

@@ -170,6 +170,12 @@ func (st *Stack) newTCP(in *tcpIn) {
 	if nf != nil && !nf.dns {
 		f.peek = newPeek(f, nf.name)
 	}
+	if st.cfg.OnFlowEnd != nil {
+		f.start = st.cfg.Now()
+		if nf != nil && !nf.dns {
+			f.name = nf.name
+		}
+	}
 	st.mu.Lock()
 	switch {
 	case st.closed:
@@ -243,6 +249,7 @@ func (f *tcpFlow) segment(in *tcpIn) {
 		case seq == f.rcvNxt:
 			f.flags |= resetHost
 			f.state = tcpClosed
+			f.endHow = "reset by the sandbox"
 		case seq.InWindow(f.rcvNxt, f.window()):
 			f.sendAck()
 		}
@@ -432,6 +439,7 @@ func (f *tcpFlow) processData(seq seqnum.Value, data [][]byte, n int, fin bool) 
 			return
 		}
 		f.rcvNxt.UpdateForward(seqnum.Size(took))
+		f.up += uint64(took)
 		if f.watch != nil {
 			f.watchTook(took)
 		}

@@ -88,6 +88,7 @@ func (f *tcpFlow) onRTO() {
 		f.sendReset()
 		f.flags |= resetHost
 		f.state = tcpClosed
+		f.endHow = "timeout"
 		return
 	}
 	f.rto = min(2*f.rto, tcpRTOMax)

@@ -95,12 +95,22 @@ type udpFlow struct {
 	msg       unix.Msghdr
 	iov       [8]unix.Iovec
 	sa        unix.RawSockaddrInet6 // room for either family's address
+	// For Config.OnFlowEnd (flowhook.go): datagrams and payload bytes
+	// sent for the sandbox and replies delivered to it; start is set
+	// only with OnFlowEnd, before the mapping is filed.
+	upN, upB, downN, downB uint64
+	start                  time.Time
 }
 
 func (f *udpFlow) touch(t time.Time) { f.last.Store(t.UnixNano()) }
 
-func (f *udpFlow) close() {
+// close closes the mapping's host socket; the first close of a mapping
+// that was filed reports its end (how: see FlowEnd) to Config.OnFlowEnd
+// ("" for one that never was).
+func (f *udpFlow) close(how string) {
 	f.mu.Lock()
+	report := false
+	var end FlowEnd
 	if f.fd >= 0 {
 		f.st.poll.forget(&f.pollFD)
 		unix.Close(f.fd)
@@ -108,8 +118,24 @@ func (f *udpFlow) close() {
 		f.st.udpPeers.Add(-int64(len(f.peers)))
 		clear(f.peers)
 		clear(f.addrs)
+		if report = how != "" && !f.start.IsZero(); report {
+			end = FlowEnd{Proto: netpolicy.ProtoUDP, Src: f.key.src, Dst: f.lastDst,
+				Up: f.upB, Down: f.downB, UpPackets: f.upN, DownPackets: f.downN,
+				Start: f.start, Duration: f.st.cfg.Now().Sub(f.start), How: how}
+		}
 	}
 	f.mu.Unlock()
+	if report {
+		f.st.cfg.OnFlowEnd(end)
+	}
+}
+
+// count adds a datagram of parts to the sent counts (mu held).
+func (f *udpFlow) count(parts [][]byte) {
+	f.upN++
+	for _, b := range parts {
+		f.upB += uint64(len(b))
+	}
 }
 
 // send writes one datagram, in parts, from the sandbox to target (dst as
@@ -128,7 +154,9 @@ func (f *udpFlow) send(dst, target netip.AddrPort, parts [][]byte) bool {
 	}
 	f.lastDst = dst
 	if f.connected {
-		_, _ = rawWritev(f.fd, parts)
+		if _, err := rawWritev(f.fd, parts); err == nil {
+			f.count(parts)
+		}
 		return true
 	}
 	iov := f.iov[:0]
@@ -156,7 +184,9 @@ func (f *udpFlow) send(dst, target netip.AddrPort, parts [][]byte) bool {
 		f.msg.Iov = &iov[0]
 		f.msg.SetIovlen(len(iov))
 	}
-	_, _, _ = unix.RawSyscall(unix.SYS_SENDMSG, uintptr(f.fd), uintptr(unsafe.Pointer(&f.msg)), unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+	if _, _, e := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(f.fd), uintptr(unsafe.Pointer(&f.msg)), unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL); e == 0 {
+		f.count(parts)
+	}
 	return true
 }
 
@@ -306,6 +336,10 @@ func (f *udpFlow) pollReady(events uint32) {
 			from, ok = f.replySourceLocked(src)
 		}
 	}
+	if ok && err == nil {
+		f.downN++
+		f.downB += uint64(n)
+	}
 	f.mu.Unlock()
 	switch {
 	case (err == unix.EAGAIN || err == unix.EINTR) && events&unix.EPOLLERR != 0:
@@ -313,13 +347,13 @@ func (f *udpFlow) pollReady(events uint32) {
 		// IP_RECVERR, which a Dialer may set) would be reported on every
 		// turn: end the flow, as any error does; the next datagram
 		// opens a new one.
-		st.dropFlow(f.key, f)
+		st.dropFlow(f.key, f, "error")
 		return
 	case err == unix.EAGAIN || err == unix.EINTR:
 		return
 	case err != nil:
 		if f.connected {
-			st.dropFlow(f.key, f)
+			st.dropFlow(f.key, f, "error")
 		}
 		// An unconnected socket reports no peer's ICMP error; anything
 		// else is not the mapping's end.
@@ -488,6 +522,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 		}
 		target, mk, local, ok = st.udpRoute(key, named)
 	}
+	var rule string // an address's: the policy's rule (for OnFlow)
 	switch {
 	case !ok:
 		st.block(netpolicy.ProtoUDP, key.dst, "local address, not a DNS port")
@@ -495,7 +530,9 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 	case st.names != nil && st.names.inPool(key.dst.Addr()):
 		// A name, admitted by udpAdmit: its resolved address was checked.
 	case !local:
-		if v := st.check(netpolicy.ProtoUDP, key.dst); !v.Allowed {
+		v := st.check(netpolicy.ProtoUDP, key.dst)
+		rule = v.Rule
+		if !v.Allowed {
 			if !st.askOnAddress(key.dst) {
 				st.block(netpolicy.ProtoUDP, key.dst, v.Rule)
 				return nil, target, nil, false
@@ -506,6 +543,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 			case ask.Refuse:
 				return nil, target, nil, false
 			}
+			rule = "approved (ask mode)"
 		}
 		if gate := st.ipv6Gate(key.dst.Addr()); gate != nil {
 			return nil, target, gate, true
@@ -516,6 +554,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 	st.mu.Unlock()
 	if f != nil {
 		f.admit(key.dst, target, local, gen)
+		st.noteUDP(key.src, key.dst, target, local, rule)
 		return f, target, nil, true
 	}
 	st.evict(st.makeRoom(1))
@@ -528,18 +567,22 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 	}
 	f = &udpFlow{st: st, key: mk, pollFD: pollFD{fd: fd}, connected: connected,
 		peers: map[netip.AddrPort]udpPeer{}, addrs: map[netip.Addr]int32{}}
+	if st.cfg.OnFlowEnd != nil {
+		f.start = st.cfg.Now()
+	}
 	f.admit(key.dst, target, local, gen)
 	st.mu.Lock()
 	if st.closed {
 		st.mu.Unlock()
-		f.close()
+		f.close("")
 		return nil, target, nil, true
 	}
 	if old := st.flows[mk]; old != nil {
 		// Another datagram of the socket won the race: use its entry.
 		st.mu.Unlock()
-		f.close()
+		f.close("")
 		old.admit(key.dst, target, local, gen)
+		st.noteUDP(key.src, key.dst, target, local, rule)
 		return old, target, nil, true
 	}
 	// Room again: another flow may have come in while this one dialed.
@@ -550,12 +593,13 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 	st.flows[mk] = f
 	st.mu.Unlock()
 	st.evict(victims)
+	st.noteUDP(key.src, key.dst, target, local, rule)
 	f.mu.Lock()
 	if f.fd >= 0 {
 		if err := st.poll.set(&f.pollFD, unix.EPOLLIN, f); err != nil {
 			f.mu.Unlock()
 			st.cfg.Logf("userstack: udp %s: %v", target, err)
-			st.dropFlow(mk, f)
+			st.dropFlow(mk, f, "error")
 			return nil, target, nil, true
 		}
 	}
@@ -688,7 +732,7 @@ func (st *Stack) makeRoomLocked(n int) []*udpFlow {
 // evict closes flows makeRoom took out and reports each.
 func (st *Stack) evict(victims []*udpFlow) {
 	for _, f := range victims {
-		f.close()
+		f.close("evicted")
 		f.mu.Lock()
 		dst := f.lastDst
 		f.mu.Unlock()
@@ -698,8 +742,8 @@ func (st *Stack) evict(victims []*udpFlow) {
 	}
 }
 
-func (st *Stack) dropFlow(key flowKey, f *udpFlow) {
-	f.close()
+func (st *Stack) dropFlow(key flowKey, f *udpFlow, how string) {
+	f.close(how)
 	st.mu.Lock()
 	if st.flows[key] == f {
 		delete(st.flows, key)
@@ -722,7 +766,7 @@ func (st *Stack) ExpireIdle() int {
 	}
 	st.mu.Unlock()
 	for _, f := range idle {
-		f.close()
+		f.close("idle")
 	}
 	return len(idle)
 }

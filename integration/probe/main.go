@@ -176,6 +176,48 @@ func run(cmd string, args []string) error {
 			return err
 		}
 		return c.Close()
+	case "flows":
+		// TCPADDR N UDPADDR: send N bytes over TCP, half-close, read to
+		// EOF (printing "tcp-read COUNT"); then a UDP datagram echoed;
+		// then hold the UDP socket open until stdin ends (the audit log
+		// test reads the records meanwhile).
+		n, err := strconv.Atoi(args[1])
+		if err != nil {
+			return err
+		}
+		c, err := net.DialTimeout("tcp", args[0], 5*time.Second)
+		if err != nil {
+			return err
+		}
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := c.Write(make([]byte, n)); err != nil {
+			return err
+		}
+		if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+			return err
+		}
+		got, err := io.Copy(io.Discard, c)
+		c.Close()
+		if err != nil {
+			return err
+		}
+		fmt.Println("tcp-read", got)
+		u, err := net.Dial("udp", args[2])
+		if err != nil {
+			return err
+		}
+		defer u.Close()
+		_ = u.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := u.Write([]byte("hello")); err != nil {
+			return err
+		}
+		buf := make([]byte, 64)
+		if _, err := u.Read(buf); err != nil {
+			return err
+		}
+		fmt.Println("udp-echoed")
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return nil
 	case "tcp":
 		// Connect, send a line, expect it echoed.
 		c, err := net.DialTimeout("tcp", args[0], 5*time.Second)
