@@ -8,13 +8,9 @@ import (
 // The first-bytes parsers (package userstack/sniff) and the decision on
 // them (package userstack/inspect), behind names of this package's own.
 
-type sniffResult = sniff.Result
-
 const (
-	sniffNeedMore  = sniff.NeedMore
-	sniffFound     = sniff.Found
-	sniffNotThis   = sniff.NotThis
-	sniffMalformed = sniff.Malformed
+	sniffNeedMore = sniff.NeedMore
+	sniffFound    = sniff.Found
 )
 
 // peekMax bounds the bytes a flow to a name buffers before its dial
@@ -27,6 +23,5 @@ const h2Preface = inspect.H2Preface
 
 var (
 	sniffTLS         = sniff.ClientHello
-	sniffHTTP        = sniff.HTTPHost
 	clientHelloLeast = inspect.ClientHelloLeast
 )
