@@ -2,7 +2,6 @@ package userstack
 
 import (
 	"net/netip"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +9,15 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/blocklog"
+)
+
+// The queue's bounds (package userstack/blocklog), as the stack's tests
+// name them.
+const (
+	blockQueueLen = blocklog.QueueLen
+	blockBurst    = blocklog.Burst
+	evictBurst    = blocklog.EvictBurst
 )
 
 // floodHarness is a harness whose OnBlock is onBlock (the usual one
@@ -101,61 +109,5 @@ func TestBlockRecordsAreRateLimited(t *testing.T) {
 	h.st.flushBlocks()
 	if got := delivered.Load() - blockBurst; got != BlockRecordRate {
 		t.Fatalf("a second later: %d more delivered, want %d", got, BlockRecordRate)
-	}
-}
-
-// The queue holds no records' memory until records come, and gives a
-// burst's back once it is delivered: a sandbox that never has a flow
-// refused does not keep a full queue's array (about 100 kB) for its
-// life, nor does one after a flood.
-func TestBlockQueueGrowsOnDemand(t *testing.T) {
-	q := newBlockQueue()
-	if c := cap(q.items); c != 0 {
-		t.Fatalf("a new queue holds room for %d records", c)
-	}
-	now := time.Unix(1, 0)
-	const n = 3 * blockQueueKeep
-	for i := range n {
-		q.offer(netpolicy.Block{Time: now, Rule: strconv.Itoa(i)})
-	}
-	if got := len(q.items) - q.head; got != n {
-		t.Fatalf("%d records queued, want %d", got, n)
-	}
-	for i := range n {
-		it, ok := q.pop()
-		if !ok || it.b.Rule != strconv.Itoa(i) {
-			t.Fatalf("record %d: %+v, %v", i, it.b, ok)
-		}
-	}
-	if _, ok := q.pop(); ok {
-		t.Fatal("a record popped from an empty queue")
-	}
-	if c := cap(q.items); c > blockQueueKeep {
-		t.Fatalf("a drained queue keeps room for %d records", c)
-	}
-	// Two in, one out, then drained: the records stay in order while the
-	// array is reused and compacted.
-	var model []string
-	next := 0
-	for range 4 * blockQueueKeep {
-		for range 2 {
-			r := strconv.Itoa(next)
-			next++
-			q.offer(netpolicy.Block{Time: now, Rule: r})
-			model = append(model, r)
-		}
-		it, ok := q.pop()
-		if !ok || it.b.Rule != model[0] {
-			t.Fatalf("popped %q (%v), want %q", it.b.Rule, ok, model[0])
-		}
-		model = model[1:]
-	}
-	for _, want := range model {
-		if it, ok := q.pop(); !ok || it.b.Rule != want {
-			t.Fatalf("popped %q (%v), want %q", it.b.Rule, ok, want)
-		}
-	}
-	if c := cap(q.items); c > blockQueueKeep {
-		t.Fatalf("a drained queue keeps room for %d records", c)
 	}
 }

@@ -3,7 +3,9 @@
 // re-originates the allowed ones as ordinary sockets in the host's network
 // namespace.
 //
-// What it does: every new flow is checked against the shared
+// # What it does
+//
+// Every new flow is checked against the shared
 // [netpolicy.Policy] before anything is dialed. A blocked TCP connection
 // gets a RST at once and a blocked UDP datagram an ICMP port unreachable,
 // and both are reported as a [netpolicy.Block]. Allowed TCP connections are
@@ -55,13 +57,17 @@
 // echo to allowed destinations is proxied through a [Pinger] (an
 // unprivileged ping socket on the host).
 //
+// # gVisor's part
+//
 // gVisor's tcpip stack is the IP layer for everything that is not plain:
 // fragments are reassembled, extension headers, odd addresses and
 // malformed packets are validated or dropped there, and ICMP (echo,
 // unreachables) is built there. Its TCP and UDP endpoints are used only
 // for connections into the sandbox (Config.Inbound, [Stack.DialSandbox]:
-// published ports, publish.go); its transport handlers hand everything
+// published ports, package userstack/inbound); its transport handlers hand everything
 // else to the relay.
+//
+// # The event loop
 //
 // The relay's I/O runs on one event loop of the stack's own (only proxied
 // pings and a configured Dialer's dials run on goroutines): it waits in
@@ -75,12 +81,14 @@
 // others); what the relay sends goes out with one writev, the TCP checksum
 // left to the kernel.
 //
-// What it does not: it does not open or configure the TUN device (the
+// # What it does not do
+//
+// It does not open or configure the TUN device (the
 // caller supplies a stack.LinkEndpoint: [TUN] in production,
 // channel.Endpoint in tests), does not install kernel routes (package
 // routes), and without Config.Names it neither resolves names nor filters
 // by host name. With Config.Names (the domain allowlist, names.go, dns.go,
-// peek.go) it answers the sandbox's DNS itself with synthetic addresses,
+// peek.go, package userstack/inspect) it answers the sandbox's DNS itself with synthetic addresses,
 // decides flows by name and port, checks a TCP flow's TLS SNI or HTTP
 // Host before relaying a byte of it (the host is dialed at the SYN, as
 // for an address), and refuses the open internet. IPv4
@@ -93,7 +101,41 @@
 // query for a name off the allowlist is answered with a synthetic
 // address, nothing asked upstream.
 //
-// When not to use it: never attach it to a link that carries traffic from
+// # When not to use it
+//
+// Never attach it to a link that carries traffic from
 // anything but the sandbox; it terminates flows for every address. It is
 // not a general-purpose NAT.
+//
+// # What lives where
+//
+// In this package: the stack and its configuration (stack.go), the TUN
+// endpoint (tun.go, rawio.go), the event loop and its timers (poll.go,
+// workers.go), the TCP relay (tcp.go's theory of operation; tcp_input.go,
+// tcp_output.go, tcp_host.go, tcp_timers.go, tcpseg.go), the memory
+// budget (mem.go), UDP (udp.go), ICMP and unreachables (icmp.go, ping.go,
+// unreach.go), the DNS relay and server (dns.go), names and the synthetic
+// address pool (names.go), the deferred dial of a flow to a name and its
+// watch (peek.go, peekwatch.go), the IPv6 gate (ready6.go), the gateway's
+// host ports (hostport.go), the ask mode's hold (ask.go), the allowed-flow
+// and flow-end hooks for the audit log (flowhook.go), and the
+// thin stack-facing side of the packages below (blocklog.go, publish.go,
+// sniffhook.go).
+//
+// Beside it, importing none of it:
+//   - [github.com/claude-sandbox/claude-sandbox/userstack/sniff]: what a
+//     flow's first bytes claim (a ClientHello's SNI, an HTTP request's
+//     Host); pure, fuzzed parsers.
+//   - [github.com/claude-sandbox/claude-sandbox/userstack/inspect]: the
+//     decision on those bytes for a flow to a name (allow, refuse with a
+//     reason, need more), the wait before the host is written anything and
+//     the watch after a timeout, as a pure state machine the stack drives
+//     (bytes and time waited in, verdicts out).
+//   - [github.com/claude-sandbox/claude-sandbox/userstack/blocklog]: the
+//     bounded, rate-limited queue block and eviction records take from the
+//     event loop to Config.OnBlock and Config.OnEvict.
+//   - [github.com/claude-sandbox/claude-sandbox/userstack/inbound]:
+//     connections into the sandbox: the published ports' host sockets and
+//     relays (served by the jail) and the gVisor dial from a gateway
+//     ([Stack.DialSandbox]).
 package userstack

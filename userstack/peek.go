@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
 )
 
 // First bytes, for TCP flows to names (names.go).
@@ -28,16 +29,12 @@ import (
 // relay fills when the host socket is full, holds what the sandbox sends;
 // pendWaiting without EPOLLOUT interest) until the sandbox's first bytes,
 // at most peekMax of them (the window past them is not acknowledged), are
-// decided:
-//   - a TLS ClientHello: its SNI must be the flow's name (case does not
-//     matter); another name ("sni mismatch": domain fronting, or a name
-//     the allowlist never resolved) or none ("no sni") is refused with a
-//     RST and recorded, and the host socket closed with a RST, written
-//     nothing;
-//   - an HTTP request: its Host must be the flow's name, the same way;
-//   - neither (raw TCP: SSH, a database, a custom protocol): allowed; the
-//     name was already allowed on this port;
-//   - a malformed or oversized ClientHello or request: refused.
+// decided by package userstack/inspect (its doc lists the verdicts: the
+// SNI of a ClientHello or the Host of an HTTP request must be the flow's
+// name; other protocols are allowed; malformed, oversized or cleartext
+// HTTP/2 first messages are refused). A refusal resets the sandbox's
+// side, closes the host socket with a RST, written nothing, and is
+// recorded.
 //
 // Once allowed, the held bytes are written and the flow goes on as any
 // relayed flow. The host's own data is relayed meanwhile, as on any flow
@@ -62,17 +59,17 @@ import (
 // begun (a variable for the tests).
 var peekWaitMax = 10 * time.Second
 
-// peekState is a flow's deferred dial, while it lasts (tcpFlow.peek).
+// peekState is a flow's deferred dial, while it lasts (tcpFlow.peek):
+// the stack's side of an inspect.Peek (the decision), its timer and the
+// flow it acts on.
 type peekState struct {
 	f       *tcpFlow
+	in      inspect.Peek
 	name    string
 	timer   loopTimer
 	armed   bool
 	started time.Time
 	done    bool // decided (allowed or refused)
-	// recheckAt: the bytes held before which looking at them again can
-	// tell nothing new (a ClientHello's announced length not reached).
-	recheckAt int
 }
 
 func (p *peekState) timerFired(*loopTimer) {
@@ -83,30 +80,29 @@ func (p *peekState) timerFired(*loopTimer) {
 	if f.peek != p || p.done || f.state == tcpClosed {
 		return
 	}
-	if f.pendLen == 0 {
-		// The client waits for the server to speak first. What it sends
-		// once it has heard the server is still checked (peekwatch.go).
-		f.startWatch(p.name)
-		p.decide(sniffNotThis, "")
-		return
+	var held []byte
+	if f.pendLen > 0 {
+		held = f.pendView()
 	}
-	if _, res := sniffTLS(f.pendView()); res != sniffNeedMore {
-		// The start of what may be an HTTP request line (any token is a
-		// method), and then silence: a short message of another
-		// protocol ("x", "PING") waiting for its answer. Relayed as
-		// neither: a client pausing in its request line gains nothing
-		// it could not have with bytes that are no HTTP at all: the
-		// rest of its first message is still checked (peekwatch.go).
-		f.startWatch(p.name)
-		p.decide(sniffNotThis, "")
-		return
+	d, watch := p.in.Timeout(held, time.Since(p.started))
+	p.act(d, watch)
+	if d.Verdict == inspect.NeedMore {
+		p.arm(f.st.names.cfg.PeekTimeout)
 	}
-	// A ClientHello begun and not finished: TLS clients send it whole.
-	if time.Since(p.started) >= peekWaitMax {
-		p.refuse("incomplete TLS ClientHello")
-		return
+}
+
+// act does what the first bytes decided: watch, an allowed flow let
+// through before its first message was seen (peekwatch.go).
+func (p *peekState) act(d inspect.Decision, watch bool) {
+	switch d.Verdict {
+	case inspect.Refuse:
+		p.refuse(d.Rule)
+	case inspect.Allow:
+		if watch {
+			p.f.startWatch(p.name)
+		}
+		p.decide()
 	}
-	p.arm(f.st.names.cfg.PeekTimeout)
 }
 
 // pendView is the sandbox's data held so far, for a look that neither
@@ -136,7 +132,7 @@ func (p *peekState) arm(d time.Duration) {
 // newPeek is the first-bytes state of a new flow to name (before it is
 // filed: no lock).
 func newPeek(f *tcpFlow, name string) *peekState {
-	p := &peekState{f: f, name: name}
+	p := &peekState{f: f, in: inspect.NewPeek(name, peekWaitMax), name: name}
 	p.timer = newLoopTimer(p)
 	return p
 }
@@ -227,79 +223,21 @@ func (f *tcpFlow) rcvRoom() int {
 // data or a FIN was taken).
 func (f *tcpFlow) peekData() {
 	p := f.peek
-	if p.done || f.state == tcpClosed || (f.pendLen == 0 && !f.has(finFromSandbox)) {
+	if p.done || f.state == tcpClosed {
 		return
 	}
-	if f.pendLen == 0 {
-		p.decide(sniffNotThis, "") // closed without a byte: nothing to check
-		return
-	}
-	if f.pendLen < p.recheckAt && !f.has(finFromSandbox) {
+	fin := f.has(finFromSandbox)
+	if p.in.Early(f.pendLen, fin) {
 		// Each look copies and parses all that is held: a ClientHello
 		// sent a byte a segment would cost the square of its length.
 		return
 	}
-	b := f.pendView()
-	rule, res := checkFirst(b, p.name, f.has(finFromSandbox))
-	switch {
-	case rule != "":
-		p.refuse(rule)
-	case res != sniffNeedMore:
-		p.decide(res, "")
-	default:
-		p.recheckAt = min(clientHelloLeast(b), peekMax)
+	var held []byte
+	if f.pendLen > 0 {
+		held = f.pendView()
 	}
+	p.act(p.in.Data(held, fin), false)
 	// NeedMore: more data, or the timer
-}
-
-// clientHelloLeast is a lower bound on the length of a stream that starts
-// with b and holds a whole ClientHello: what is missing of the record
-// under way, the rest of the handshake message its header announced, and
-// a record header more when the record under way cannot hold that rest;
-// 0 when b does not announce the message's length yet (or is no TLS
-// handshake). Shorter, the sniffer can only answer NeedMore or Malformed,
-// and Malformed it still answers later (a prefix that is malformed stays
-// so): nothing is relayed meanwhile. Looking again only once the stream
-// reaches the bound makes a ClientHello sent a byte a segment, even in
-// records of a byte, cost a number of looks logarithmic in its length.
-func clientHelloLeast(b []byte) int {
-	var hs [4]byte
-	got, total := 0, -1 // handshake bytes seen; the message's length with its header
-	for off := 0; ; {
-		if len(b)-off < 5 { // at a record header, whole or not
-			if total < 0 || got >= total {
-				return 0
-			}
-			return len(b) + 5 - (len(b) - off) + total - got
-		}
-		if b[off] != 0x16 {
-			return 0
-		}
-		n := int(b[off+3])<<8 | int(b[off+4])
-		off += 5
-		m := min(n, len(b)-off)
-		if got < len(hs) {
-			copy(hs[got:], b[off:off+m])
-		}
-		got += m
-		if total < 0 && got >= len(hs) {
-			if hs[0] != 1 {
-				return 0
-			}
-			total = len(hs) + (int(hs[1])<<16 | int(hs[2])<<8 | int(hs[3]))
-		}
-		if m < n { // the record goes on past b
-			if total < 0 || got >= total {
-				return 0
-			}
-			need, rest := total-got, n-m
-			if need <= rest {
-				return len(b) + need
-			}
-			return len(b) + rest + 5 + need - rest
-		}
-		off += n
-	}
 }
 
 // refuse resets the sandbox's side, closes the host socket with a RST
@@ -319,7 +257,7 @@ func (p *peekState) refuse(rule string) {
 
 // decide ends the peek: the flow is allowed, and what the sandbox sent
 // so far goes to the host (a FIN after it, if one came).
-func (p *peekState) decide(_ sniffResult, _ string) {
+func (p *peekState) decide() {
 	f := p.f
 	p.done = true
 	p.stop()

@@ -1,10 +1,8 @@
 package userstack
 
 import (
-	"bytes"
-	"strconv"
-
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
 )
 
 // Watching a flow dialed before its first message was seen (peek.go).
@@ -23,78 +21,17 @@ import (
 // is relayed as for any flow.
 
 // flowWatch is a dialed flow's first bytes, while they are not decided
-// (tcpFlow.watch).
+// (tcpFlow.watch): an inspect.Watch, and what its bytes hold of the
+// relay's memory budget.
 type flowWatch struct {
-	name string
-	buf  []byte // the sandbox's first bytes so far
-	cost int    // of buf, held of the relay's memory budget
-	// The segment being taken: its bytes are at the end of buf until the
-	// relay says how many it took (watchTook); ends: they decided.
-	pending int
-	ends    bool
-	// recheckAt: the length of buf before which checking it again can
-	// tell nothing new (clientHelloLeast, peek.go); 0 after bytes that
-	// set it were not taken, since the sandbox may send others.
-	recheckAt int
-}
-
-// h2Preface opens an HTTP/2 connection with prior knowledge (RFC 9113
-// section 3.4). In cleartext its :authority is in HPACK-coded frames the
-// stack does not read, so it is refused on a flow to a name.
-const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-// checkFirst decides on a flow to name from its first bytes b: a rule
-// to refuse it by, or "" with NeedMore (wait for more) or another result
-// (allowed). fin: the sandbox ended its stream after b.
-func checkFirst(b []byte, name string, fin bool) (string, sniffResult) {
-	got, res := sniffTLS(b)
-	kind := "TLS"
-	if res == sniffNotThis {
-		got, res = sniffHTTP(b)
-		kind = "HTTP"
-	}
-	if res == sniffNotThis {
-		kind = "HTTP/2"
-		switch n := min(len(b), len(h2Preface)); {
-		case !bytes.Equal(b[:n], []byte(h2Preface[:n])):
-		case n == len(h2Preface):
-			return "cleartext HTTP/2 (its :authority is not checked: use TLS, or --allow-ip for the address)", sniffMalformed
-		default:
-			res = sniffNeedMore
-		}
-	}
-	switch res {
-	case sniffNeedMore:
-		switch {
-		case len(b) >= peekMax:
-			return kind + " first message larger than the stack checks", res
-		case fin:
-			return "incomplete " + kind + " first message before the end of the stream", res
-		}
-	case sniffMalformed:
-		return "malformed " + kind + " first message", res
-	case sniffFound:
-		switch {
-		case got == "":
-			return "no sni", res
-		case canonName(got) == name && isASCII(got):
-			// ASCII only: strings.ToLower folds the Kelvin sign (U+212A)
-			// to "k", and a name with it is another name to a server.
-		case kind == "HTTP":
-			return "http host mismatch: " + canonName(got), res
-		case !isASCII(got):
-			return "sni mismatch: " + strconv.QuoteToASCII(got), res
-		default:
-			return "sni mismatch: " + canonName(got), res
-		}
-	}
-	return "", res
+	*inspect.Watch
+	cost int
 }
 
 // startWatch begins watching a flow the peek timeout dials (called with
 // mu; pend holds what the sandbox sent so far).
 func (f *tcpFlow) startWatch(name string) {
-	f.watch = &flowWatch{name: name, buf: f.pendBytes(), cost: f.st.memTake(f.pendLen)}
+	f.watch = &flowWatch{Watch: inspect.NewWatch(name, f.pendBytes()), cost: f.st.memTake(f.pendLen)}
 }
 
 // watchData checks take bytes of a segment, from skip on, with the
@@ -103,7 +40,7 @@ func (f *tcpFlow) startWatch(name string) {
 // not acknowledged).
 func (f *tcpFlow) watchData(data [][]byte, skip, take int) bool {
 	w := f.watch
-	add := min(take, peekMax-len(w.buf))
+	add := w.Room(take)
 	grant := f.st.memTake(add)
 	if grant < add {
 		f.st.memGive(grant)
@@ -111,19 +48,8 @@ func (f *tcpFlow) watchData(data [][]byte, skip, take int) bool {
 	}
 	w.cost += grant
 	var small [4][]byte
-	for _, p := range cutSlices(small[:0], data, skip, add) {
-		w.buf = append(w.buf, p...)
-	}
-	if len(w.buf) < w.recheckAt {
-		// The ClientHello begun cannot end before: no segment up to
-		// there completes it (a check per segment of a byte would
-		// cost the square of its length).
-		w.pending, w.ends = add, false
-		return true
-	}
-	rule, res := checkFirst(w.buf, w.name, false)
-	if rule != "" {
-		f.st.blockName(netpolicy.ProtoTCP, f.key.dst, w.name, rule)
+	if d := w.Segment(cutSlices(small[:0], data, skip, add)...); d.Verdict == inspect.Refuse {
+		f.st.blockName(netpolicy.ProtoTCP, f.key.dst, w.Name(), d.Rule)
 		f.endWatch()
 		f.st.memGive(f.pendLen)
 		f.pend, f.pendLen = nil, 0
@@ -131,10 +57,6 @@ func (f *tcpFlow) watchData(data [][]byte, skip, take int) bool {
 		f.flags |= resetHost
 		f.state = tcpClosed
 		return false
-	}
-	w.pending, w.ends = add, res != sniffNeedMore
-	if res == sniffNeedMore {
-		w.recheckAt = min(clientHelloLeast(w.buf), peekMax)
 	}
 	return true
 }
@@ -145,17 +67,10 @@ func (f *tcpFlow) watchData(data [][]byte, skip, take int) bool {
 // the bytes that decided were all taken.
 func (f *tcpFlow) watchTook(took int) {
 	w := f.watch
-	if took < w.pending {
-		drop := w.pending - took
-		w.buf = w.buf[:len(w.buf)-drop]
-		w.cost -= drop
-		f.st.memGive(drop)
-		w.pending = 0
-		w.recheckAt = 0 // it may have come from the bytes dropped
-		return
-	}
-	w.pending = 0
-	if w.ends {
+	dropped, done := w.Took(took)
+	w.cost -= dropped
+	f.st.memGive(dropped)
+	if done {
 		f.endWatch()
 	}
 }
@@ -166,13 +81,4 @@ func (f *tcpFlow) endWatch() {
 		f.st.memGive(f.watch.cost)
 		f.watch = nil
 	}
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
 }

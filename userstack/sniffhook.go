@@ -1,26 +1,27 @@
 package userstack
 
-import "github.com/claude-sandbox/claude-sandbox/userstack/sniff"
-
-// The first-bytes parsers the deferred dial uses (package
-// userstack/sniff), behind names of this package's own.
-
-type sniffResult = sniff.Result
-
-const (
-	sniffNeedMore  = sniff.NeedMore
-	sniffFound     = sniff.Found
-	sniffNotThis   = sniff.NotThis
-	sniffMalformed = sniff.Malformed
+import (
+	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
+	"github.com/claude-sandbox/claude-sandbox/userstack/sniff"
 )
 
-// peekMax bounds the bytes a flow to a name buffers before its dial: a
-// whole ClientHello, whatever its size (post-quantum key shares take it
-// past a kilobyte; the sniffer reads at most MaxClientHello), or an HTTP
-// request's header.
-const peekMax = max(sniff.MaxClientHello, sniff.MaxHTTPHeader)
+// The first-bytes parsers (package userstack/sniff) and the decision on
+// them (package userstack/inspect), behind names of this package's own.
+
+const (
+	sniffNeedMore = sniff.NeedMore
+	sniffFound    = sniff.Found
+)
+
+// peekMax bounds the bytes a flow to a name buffers before its dial
+// (inspect.Max).
+const peekMax = inspect.Max
+
+// h2Preface opens an HTTP/2 connection with prior knowledge; it is
+// refused on a flow to a name (inspect.Check).
+const h2Preface = inspect.H2Preface
 
 var (
-	sniffTLS  = sniff.ClientHello
-	sniffHTTP = sniff.HTTPHost
+	sniffTLS         = sniff.ClientHello
+	clientHelloLeast = inspect.ClientHelloLeast
 )

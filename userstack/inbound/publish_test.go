@@ -1,4 +1,4 @@
-package jail
+package inbound
 
 import (
 	"io"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
-	"github.com/claude-sandbox/claude-sandbox/userstack"
 )
 
 // pipeListener is a listener in memory: each conn pushed is accepted.
@@ -35,7 +34,7 @@ func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{} }
 
 // A published port's relays are in the jail's wait group, and closing the
 // port ends them (issue 34): the relay goroutines were started outside
-// it, so Jail.Close returned with relays still copying, holding host
+// it, so the jail's Close returned with relays still copying, holding host
 // sockets and gVisor endpoints of a stack that was gone. Here a relay
 // lasts as long as its host client's conn (it stands in for the copy);
 // the client never closes it.
@@ -43,7 +42,7 @@ func TestPublishedRelaysWaitedFor(t *testing.T) {
 	entered := make(chan struct{}, 1)
 	var ended atomic.Bool
 	old := relayTCPConn
-	relayTCPConn = func(_ *userstack.Stack, c net.Conn, _ netip.AddrPort, _ func(string, ...any)) {
+	relayTCPConn = func(_ Sandbox, c net.Conn, _ netip.AddrPort, _ func(string, ...any)) {
 		entered <- struct{}{}
 		_, _ = io.Copy(io.Discard, c)
 		ended.Store(true)
@@ -53,7 +52,7 @@ func TestPublishedRelaysWaitedFor(t *testing.T) {
 	ln := &pipeListener{conns: make(chan net.Conn, 1), done: make(chan struct{})}
 	p := &Published{Publish: netpolicy.Publish{Proto: netpolicy.ProtoTCP, Port: 8080}, tcp: ln}
 	var wg sync.WaitGroup
-	p.serve(nil, netip.MustParseAddr("10.255.255.2"), time.Minute, func(string, ...any) {}, &wg)
+	p.Serve(nil, netip.MustParseAddr("10.255.255.2"), time.Minute, func(string, ...any) {}, &wg)
 	client, server := net.Pipe()
 	defer client.Close()
 	ln.conns <- server
@@ -82,7 +81,7 @@ func TestPublishedConnCap(t *testing.T) {
 	var relayed atomic.Int32
 	entered := make(chan struct{}, maxPublishConns+1)
 	old := relayTCPConn
-	relayTCPConn = func(_ *userstack.Stack, c net.Conn, _ netip.AddrPort, _ func(string, ...any)) {
+	relayTCPConn = func(_ Sandbox, c net.Conn, _ netip.AddrPort, _ func(string, ...any)) {
 		relayed.Add(1)
 		entered <- struct{}{}
 		_, _ = io.Copy(io.Discard, c)
@@ -94,7 +93,7 @@ func TestPublishedConnCap(t *testing.T) {
 	p := &Published{Publish: netpolicy.Publish{Proto: netpolicy.ProtoTCP, Port: 8080}, tcp: ln}
 	var wg sync.WaitGroup
 	warned := make(chan string, 4)
-	p.serve(nil, netip.MustParseAddr("10.255.255.2"), time.Minute, func(f string, a ...any) { warned <- f }, &wg)
+	p.Serve(nil, netip.MustParseAddr("10.255.255.2"), time.Minute, func(f string, a ...any) { warned <- f }, &wg)
 	defer func() { p.Close(); wg.Wait() }()
 	connect := func() net.Conn {
 		client, server := net.Pipe()
