@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -53,23 +52,12 @@ func approvalsMain(args []string, stdout, stderr io.Writer) int {
 		args = args[1:]
 	}
 	// The entry may come before or after the options.
-	var which string
-	if remove && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		which, args = args[0], args[1:]
-	}
-	if code, done := parseFlags(f, args, approvalsHelp, stdout, stderr); done {
+	which, code, done := parseWithArg(f, "approvals", args, approvalsHelp, stdout, stderr)
+	if done {
 		return code
 	}
-	rest := f.Args()
-	if remove && which == "" && len(rest) > 0 {
-		which, rest = rest[0], rest[1:]
-		if err := f.Parse(rest); err != nil {
-			return usageLine(stderr, "approvals", err.Error())
-		}
-		rest = f.Args()
-	}
-	if len(rest) > 0 {
-		return usageLine(stderr, "approvals", fmt.Sprintf("unexpected argument %q", rest[0]))
+	if !remove && which != "" {
+		return usageLine(stderr, "approvals", fmt.Sprintf("unexpected argument %q", which))
 	}
 	workspace := *ws
 	if workspace == "" {
@@ -104,9 +92,7 @@ func approvalsMain(args []string, stdout, stderr io.Writer) int {
 		if list == nil {
 			list = []approvals.Entry{}
 		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(list)
+		_ = printJSON(stdout, list)
 		return 0
 	}
 	if len(list) == 0 {

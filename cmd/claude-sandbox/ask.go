@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -170,15 +169,9 @@ func askCall(verb string, s control.Sandbox, req control.Request, stderr io.Writ
 
 func requestsMain(args []string, stdout, stderr io.Writer) int {
 	f, asJSON := newRequestsFlags()
-	var id string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		id, args = args[0], args[1:]
-	}
-	if code, done := parseFlags(f, args, requestsHelp, stdout, stderr); done {
+	id, code, done := parseWithArg(f, "requests", args, requestsHelp, stdout, stderr)
+	if done {
 		return code
-	}
-	if f.NArg() > 0 {
-		return usageLine(stderr, "requests", fmt.Sprintf("unexpected argument %q", f.Arg(0)))
 	}
 	uid := os.Getuid()
 	var sandboxes []control.Sandbox
@@ -193,7 +186,6 @@ func requestsMain(args []string, stdout, stderr io.Writer) int {
 		sandboxes = control.Find(uid, os.Getenv)
 	}
 	list := []ask.Request{}
-	code := 0
 	for _, s := range sandboxes {
 		r, ok := askCall("requests", s, control.Request{Op: control.OpRequests}, stderr)
 		if !ok {
@@ -209,9 +201,7 @@ func requestsMain(args []string, stdout, stderr io.Writer) int {
 		list = append(list, r.Requests...)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(list)
+		_ = printJSON(stdout, list)
 		return code
 	}
 	if len(list) == 0 {
@@ -243,21 +233,9 @@ func requestsMain(args []string, stdout, stderr io.Writer) int {
 // approveMain is approve, or deny.
 func approveMain(verb string, args []string, stdout, stderr io.Writer) int {
 	f, once, session, always := newApproveFlags(verb)
-	var ref string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		ref, args = args[0], args[1:]
-	}
-	if code, done := parseFlags(f, args, approveHelp, stdout, stderr); done {
+	ref, code, done := parseWithArg(f, verb, args, approveHelp, stdout, stderr)
+	if done {
 		return code
-	}
-	if ref == "" && f.NArg() > 0 {
-		ref = f.Arg(0)
-		if err := f.Parse(f.Args()[1:]); err != nil {
-			return usageLine(stderr, verb, err.Error())
-		}
-	}
-	if f.NArg() > 0 {
-		return usageLine(stderr, verb, fmt.Sprintf("unexpected argument %q", f.Arg(0)))
 	}
 	if ref == "" {
 		return usageLine(stderr, verb, "name the request: REQ, as claude-sandbox requests lists it")

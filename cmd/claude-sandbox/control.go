@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -103,9 +102,7 @@ func psMain(args []string, stdout, stderr io.Writer) int {
 		if list == nil {
 			list = []control.Status{}
 		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(list)
+		_ = printJSON(stdout, list)
 		return 0
 	}
 	if len(list) == 0 {
@@ -124,25 +121,9 @@ func psMain(args []string, stdout, stderr io.Writer) int {
 // allowMain is allow, or revoke.
 func allowMain(verb string, args []string, stdout, stderr io.Writer) int {
 	f, ips, domains, hostPorts := newAllowFlags(verb)
-	var id string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		id, args = args[0], args[1:]
-	}
-	if code, done := parseFlags(f, args, allowHelp, stdout, stderr); done {
+	id, code, done := parseWithArg(f, verb, args, allowHelp, stdout, stderr)
+	if done {
 		return code
-	}
-	if id == "" && f.NArg() > 0 {
-		id = f.Arg(0)
-		if f.NArg() > 1 {
-			return usageLine(stderr, verb, fmt.Sprintf("unexpected argument %q", f.Arg(1)))
-		}
-		// Options after the id.
-		if err := f.Parse(f.Args()[1:]); err != nil {
-			return usageLine(stderr, verb, err.Error())
-		}
-	}
-	if f.NArg() > 0 {
-		return usageLine(stderr, verb, fmt.Sprintf("unexpected argument %q", f.Arg(0)))
 	}
 	if id == "" {
 		return usageLine(stderr, verb, "name the sandbox: its id, as claude-sandbox ps lists it")

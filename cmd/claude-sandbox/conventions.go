@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -61,6 +62,36 @@ func wantsHelp(args []string) bool {
 
 // usageLine reports a usage error as the one line every subcommand uses,
 // and returns exit status 2.
+// parseWithArg parses f's options around at most one argument, which may
+// come before them or after them (allow ID --ip X, allow --ip X ID); arg
+// is "" when none was given. done: the command ends with code (its help,
+// or a usage line).
+func parseWithArg(f *flag.FlagSet, cmd string, args []string, help string, stdout, stderr io.Writer) (arg string, code int, done bool) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		arg, args = args[0], args[1:]
+	}
+	if code, done := parseFlags(f, args, help, stdout, stderr); done {
+		return "", code, true
+	}
+	if arg == "" && f.NArg() > 0 {
+		arg = f.Arg(0)
+		if err := f.Parse(f.Args()[1:]); err != nil {
+			return "", usageLine(stderr, cmd, err.Error()), true
+		}
+	}
+	if f.NArg() > 0 {
+		return "", usageLine(stderr, cmd, fmt.Sprintf("unexpected argument %q", f.Arg(0))), true
+	}
+	return arg, 0, false
+}
+
+// printJSON writes v as indented JSON, a line of its own.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
 func usageLine(stderr io.Writer, cmd, msg string) int {
 	fmt.Fprintf(stderr, "claude-sandbox %s: %s (see claude-sandbox %s --help)\n", cmd, msg, cmd)
 	return 2

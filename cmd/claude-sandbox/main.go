@@ -21,7 +21,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -370,9 +369,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 	}
 	if dryRun {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(p); err != nil {
+		if err := printJSON(stdout, p); err != nil {
 			fmt.Fprintln(stderr, "claude-sandbox plan:", err)
 			return 1
 		}

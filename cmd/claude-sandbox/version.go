@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -106,9 +105,7 @@ func versionMain(args []string, stdout, stderr io.Writer) int {
 	}
 	v := readBuildVersion()
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(v)
+		_ = printJSON(stdout, v)
 		return 0
 	}
 	fmt.Fprintln(stdout, v)
