@@ -231,14 +231,10 @@ func (j *Jail) ChangeHostPorts(allow bool, ports []string) ([]string, error) {
 	if len(hps) == 0 {
 		return nil, errors.New("nothing to " + verb)
 	}
-	j.upd.Lock()
+	if err := j.lockForChange(); err != nil {
+		return nil, err
+	}
 	defer j.upd.Unlock()
-	if j.isFailed() {
-		return nil, errors.New("the jail has failed closed: every new connection is refused, and stays so")
-	}
-	if j.closed.Load() {
-		return nil, errors.New("the sandbox is ending")
-	}
 	j.mu.Lock()
 	st := j.stack
 	j.mu.Unlock()

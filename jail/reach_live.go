@@ -145,14 +145,10 @@ func (j *Jail) ChangeReach(allow bool, ips, domains []string) ([]string, error) 
 	if len(pfxs) == 0 && len(rules) == 0 {
 		return nil, errors.New("nothing to " + verb + ": give --ip or --domain")
 	}
-	j.upd.Lock()
+	if err := j.lockForChange(); err != nil {
+		return nil, err
+	}
 	defer j.upd.Unlock()
-	if j.isFailed() {
-		return nil, errors.New("the jail has failed closed: every new connection is refused, and stays so")
-	}
-	if j.closed.Load() {
-		return nil, errors.New("the sandbox is ending")
-	}
 	j.mu.Lock()
 	attached := j.ns != nil
 	j.mu.Unlock()
@@ -294,4 +290,20 @@ func changeEntry[T comparable](allow bool, launch []T, added, revoked *[]T, e T)
 		return true, nil
 	}
 	return false, errors.New("not allowed in this sandbox, nothing to revoke")
+}
+
+// lockForChange takes j.upd for a reach change made while the sandbox
+// runs (allow, revoke, an approval), and refuses one the jail can no
+// longer make; on success the caller unlocks j.upd.
+func (j *Jail) lockForChange() error {
+	j.upd.Lock()
+	switch {
+	case j.isFailed():
+		j.upd.Unlock()
+		return errors.New("the jail has failed closed: every new connection is refused, and stays so")
+	case j.closed.Load():
+		j.upd.Unlock()
+		return errors.New("the sandbox is ending")
+	}
+	return nil
 }

@@ -259,15 +259,7 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 			resp.RCode = dnsmessage.RCodeServerFailure
 			return build(resp, qs, nil, limit)
 		}
-		ttl := n.ttlOf(name, question.Type)
-		rh := dnsmessage.ResourceHeader{Name: question.Name, Class: dnsmessage.ClassINET, TTL: ttl}
-		var body dnsmessage.ResourceBody
-		if v6 {
-			body = &dnsmessage.AAAAResource{AAAA: a.As16()}
-		} else {
-			body = &dnsmessage.AResource{A: a.As4()}
-		}
-		return build(resp, qs, []dnsmessage.Resource{{Header: rh, Body: body}}, limit)
+		return build(resp, qs, []dnsmessage.Resource{addressRecord(question.Name, a, v6, n.ttlOf(name, question.Type))}, limit)
 	case dnsmessage.TypeHTTPS, dnsmessage.TypeSVCB, dnsmessage.TypeALL:
 		return build(resp, qs, nil, limit)
 	}
@@ -534,12 +526,15 @@ func (n *names) askAnswer(resp dnsmessage.Header, qs []dnsmessage.Question, ques
 		resp.RCode = dnsmessage.RCodeServerFailure
 		return build(resp, qs, nil, limit)
 	}
-	rh := dnsmessage.ResourceHeader{Name: question.Name, Class: dnsmessage.ClassINET, TTL: dnsTTLMin}
-	var body dnsmessage.ResourceBody
+	return build(resp, qs, []dnsmessage.Resource{addressRecord(question.Name, a, v6, dnsTTLMin)}, limit)
+}
+
+// addressRecord is the answer that name has address a: an AAAA record
+// for v6, else an A record.
+func addressRecord(name dnsmessage.Name, a netip.Addr, v6 bool, ttl uint32) dnsmessage.Resource {
+	rh := dnsmessage.ResourceHeader{Name: name, Class: dnsmessage.ClassINET, TTL: ttl}
 	if v6 {
-		body = &dnsmessage.AAAAResource{AAAA: a.As16()}
-	} else {
-		body = &dnsmessage.AResource{A: a.As4()}
+		return dnsmessage.Resource{Header: rh, Body: &dnsmessage.AAAAResource{AAAA: a.As16()}}
 	}
-	return build(resp, qs, []dnsmessage.Resource{{Header: rh, Body: body}}, limit)
+	return dnsmessage.Resource{Header: rh, Body: &dnsmessage.AResource{A: a.As4()}}
 }
