@@ -132,7 +132,8 @@ func TestAskMode(t *testing.T) {
 
 		// A name off the list: held, approved for the session.
 		s.send("tcp-wait other.test:7000")
-		q := waitRequest(t, bin, uid, func(q ask.Request) bool { return q.Name == "other.test" })
+		// The process is looked up off the packet path: wait for it too.
+		q := waitRequest(t, bin, uid, func(q ask.Request) bool { return q.Name == "other.test" && q.Who != nil })
 		// Other tests' sandboxes may run meanwhile: this one is the
 		// request's.
 		st := psFind(t, bin, uid, q.Sandbox)
@@ -249,7 +250,7 @@ func TestAskMode(t *testing.T) {
 		// goes.
 		dev := "tcp-wait " + epics + ":5064"
 		s.send(dev)
-		q = waitRequest(t, bin, uid, func(q ask.Request) bool { return q.Addr == epics })
+		q = waitRequest(t, bin, uid, func(q ask.Request) bool { return q.Addr == epics && q.Who != nil })
 		if q.Port != 5064 || q.Kind != "address" {
 			t.Errorf("request %+v", q)
 		}

@@ -204,14 +204,16 @@ type Config struct {
 	// cannot pass by itself). An error leaves the request pending.
 	Approve func(Decision) error
 	// OnRequest is told of each new request (the terminal's notice, the
-	// embedder's event): called from Ask, on the refuser's packet path,
-	// without the broker's lock; it must not block. OnDecision is told
+	// embedder's event): called from Ask, on the refuser's packet path
+	// (with Who set, from the lookup's goroutine), without the broker's
+	// lock; it must not block. OnDecision is told
 	// of each decision, from Approve, Deny or the timer.
 	OnRequest  func(Request)
 	OnDecision func(Decision)
 	// Who, when set, names the process behind a new request's flow (the
-	// jail's socket lookup): called once per request, without the
-	// broker's lock, before OnRequest; nil when not found.
+	// jail's socket lookup): called once per request, on a goroutine of
+	// its own (never on the caller's packet path), before OnRequest is
+	// told of the request; nil when not found.
 	Who func(Flow) *Process
 	// AfterFunc runs f after d (time.AfterFunc; tests give their own).
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
@@ -368,14 +370,9 @@ func (b *Broker) Ask(f Flow) Verdict {
 		b.mu.Unlock()
 		return Refuse
 	}
-	b.next++
-	b.asked++
 	e := &entry{key: k, held: map[netip.AddrPort]func(){f.Src: f.Retry}}
 	kept = true
-	e.req = Request{
-		ID: b.next, Sandbox: b.cfg.Sandbox, Proto: f.Proto.String(), Name: f.Name,
-		Port: f.Dst.Port(), Who: f.Who, Since: now, Expires: now.Add(b.cfg.Timeout), Held: 1,
-	}
+	e.req = Request{Proto: f.Proto.String(), Name: f.Name, Port: f.Dst.Port(), Who: f.Who}
 	switch {
 	case f.HostPort:
 		e.req.Kind = "host-port"
@@ -386,26 +383,49 @@ func (b *Broker) Ask(f Flow) Verdict {
 		e.req.Kind = "address"
 		e.req.Addr = k.addr.String()
 	}
-	b.pending[k] = e
-	b.byID[e.req.ID] = e
-	id := e.req.ID
-	e.stop = b.cfg.AfterFunc(b.cfg.Timeout, func() { b.expire(id) })
-	req := e.req
+	req := b.openLocked(e, now)
 	b.mu.Unlock()
 	if req.Who == nil && b.cfg.Who != nil {
-		if w := b.cfg.Who(f); w != nil {
-			req.Who = w
-			b.mu.Lock()
-			if b.byID[id] == e {
-				e.req.Who = w
-			}
-			b.mu.Unlock()
-		}
+		// The lookup (system calls, a /proc scan) runs off the caller's
+		// packet path; OnRequest is told once it is done.
+		go b.fillWho(e, f, req)
+		return Hold
 	}
 	if b.cfg.OnRequest != nil {
 		b.cfg.OnRequest(req)
 	}
 	return Hold
+}
+
+// openLocked makes e (its key, kind and destination set) a new pending
+// request: its number, sandbox, times and count filled in, its timer
+// armed. b.mu is held.
+func (b *Broker) openLocked(e *entry, now time.Time) Request {
+	b.next++
+	b.asked++
+	e.req.ID, e.req.Sandbox = b.next, b.cfg.Sandbox
+	e.req.Since, e.req.Expires, e.req.Held = now, now.Add(b.cfg.Timeout), 1
+	b.pending[e.key] = e
+	b.byID[e.req.ID] = e
+	id := e.req.ID
+	e.stop = b.cfg.AfterFunc(b.cfg.Timeout, func() { b.expire(id) })
+	return e.req
+}
+
+// fillWho names the process behind request req's flow f (Config.Who),
+// then tells OnRequest of it.
+func (b *Broker) fillWho(e *entry, f Flow, req Request) {
+	if w := b.cfg.Who(f); w != nil {
+		req.Who = w
+		b.mu.Lock()
+		if b.byID[req.ID] == e {
+			e.req.Who = w
+		}
+		b.mu.Unlock()
+	}
+	if b.cfg.OnRequest != nil {
+		b.cfg.OnRequest(req)
+	}
 }
 
 // List returns the pending requests, oldest first.
@@ -661,18 +681,9 @@ func (b *Broker) ConfirmSign(s Sign) error {
 			b.mu.Unlock()
 			return ErrTooMany
 		}
-		b.next++
-		b.asked++
 		e = &entry{key: k, done: make(chan struct{})}
-		e.req = Request{
-			ID: b.next, Sandbox: b.cfg.Sandbox, Proto: "ssh", Name: s.Host, Port: s.Port,
-			Kind: KindSSHSign, Key: s.Key, Who: s.Who, Since: now, Expires: now.Add(b.cfg.Timeout), Held: 1,
-		}
-		b.pending[k] = e
-		b.byID[e.req.ID] = e
-		id := e.req.ID
-		e.stop = b.cfg.AfterFunc(b.cfg.Timeout, func() { b.expire(id) })
-		req = e.req
+		e.req = Request{Proto: "ssh", Name: s.Host, Port: s.Port, Kind: KindSSHSign, Key: s.Key, Who: s.Who}
+		req = b.openLocked(e, now)
 	}
 	b.mu.Unlock()
 	if req.ID != 0 && b.cfg.OnRequest != nil {

@@ -286,3 +286,56 @@ func TestExpireDuringApprove(t *testing.T) {
 		t.Fatalf("the held flow: %v, want refuse", v)
 	}
 }
+
+// The process behind a new request's flow (Config.Who, the jail's socket
+// lookup: system calls and a /proc scan) is looked up off the caller's
+// packet path: Ask returns Hold while the lookup is still running, the
+// lookup runs once per request (not for a flow joining it), and
+// OnRequest and List then name the process.
+func TestWhoOffThePacketPath(t *testing.T) {
+	called, release := make(chan Flow, 4), make(chan struct{})
+	reqs := make(chan Request, 4)
+	b := New(Config{
+		Sandbox: "abc", AfterFunc: (&fakeTimers{}).after,
+		OnRequest: func(q Request) { reqs <- q },
+		Approve:   func(Decision) error { return nil },
+		Who: func(f Flow) *Process {
+			called <- f
+			<-release
+			return &Process{PID: 42, Argv: []string{"pip", "install"}}
+		},
+	})
+	t.Cleanup(b.Close)
+	asked := make(chan Verdict, 1)
+	go func() { asked <- b.Ask(Flow{Proto: netpolicy.ProtoTCP, Name: "pypi.org", Dst: pypi, Src: src(1)}) }()
+	if f := <-called; f.Src != src(1) {
+		t.Fatalf("Who asked for %v", f.Src)
+	}
+	// A failsafe, not a timing assertion: a lookup on the caller's path
+	// keeps Ask from returning until release.
+	select {
+	case v := <-asked:
+		if v != Hold {
+			t.Fatalf("Ask: %v, want Hold", v)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("Ask waited for the process lookup")
+	}
+	if v := b.Ask(Flow{Proto: netpolicy.ProtoTCP, Name: "pypi.org", Dst: pypi, Src: src(2)}); v != Hold {
+		t.Fatalf("a second flow to it: %v, want Hold", v)
+	}
+	close(release)
+	q := <-reqs
+	if q.Who == nil || q.Who.PID != 42 {
+		t.Fatalf("OnRequest told of %+v, want the process", q)
+	}
+	if l := b.List(); len(l) != 1 || l[0].Who == nil || l[0].Who.Argv[0] != "pip" {
+		t.Fatalf("List: %+v", l)
+	}
+	select {
+	case f := <-called:
+		t.Fatalf("Who asked again, for the flow that joined the request (%v)", f.Src)
+	default:
+	}
+}
