@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/approvals"
 	"github.com/claude-sandbox/claude-sandbox/mounts"
@@ -88,23 +87,9 @@ func approvalsMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "claude-sandbox approvals: %v\n", err)
 		return 1
 	}
-	if *asJSON {
-		if list == nil {
-			list = []approvals.Entry{}
-		}
-		_ = printJSON(stdout, list)
-		return 0
-	}
-	if len(list) == 0 {
-		fmt.Fprintln(stdout, "no approvals for this workspace")
-		return 0
-	}
-	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "N\tKIND\tENTRY\tADDED")
-	for i, e := range list {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", i+1, e.Kind, e.Value, e.Added.Local().Format("2006-01-02 15:04"))
-	}
-	_ = w.Flush()
+	printList(stdout, *asJSON, list, "no approvals for this workspace", "N\tKIND\tENTRY\tADDED", func(i int, e approvals.Entry) string {
+		return fmt.Sprintf("%d\t%s\t%s\t%s", i+1, e.Kind, e.Value, e.Added.Local().Format("2006-01-02 15:04"))
+	})
 	return 0
 }
 

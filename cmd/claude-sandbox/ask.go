@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -185,7 +184,7 @@ func requestsMain(args []string, stdout, stderr io.Writer) int {
 	} else {
 		sandboxes = control.Find(uid, os.Getenv)
 	}
-	list := []ask.Request{}
+	var list []ask.Request
 	for _, s := range sandboxes {
 		r, ok := askCall("requests", s, control.Request{Op: control.OpRequests}, stderr)
 		if !ok {
@@ -200,17 +199,7 @@ func requestsMain(args []string, stdout, stderr io.Writer) int {
 		}
 		list = append(list, r.Requests...)
 	}
-	if *asJSON {
-		_ = printJSON(stdout, list)
-		return code
-	}
-	if len(list) == 0 {
-		fmt.Fprintln(stdout, "no pending requests")
-		return code
-	}
-	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "REQ\tSANDBOX\tPROTO\tDESTINATION\tPORT\tPROCESS\tHELD\tSINCE")
-	for _, r := range list {
+	printList(stdout, *asJSON, list, "no pending requests", "REQ\tSANDBOX\tPROTO\tDESTINATION\tPORT\tPROCESS\tHELD\tSINCE", func(_ int, r ask.Request) string {
 		dst := r.Name
 		switch {
 		case r.Kind == "host-port":
@@ -224,9 +213,8 @@ func requestsMain(args []string, stdout, stderr io.Writer) int {
 		if r.Who != nil {
 			proc = processLabel(r.Who)
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", r.ID, r.Sandbox, r.Proto, escapeReport(dst), r.Port, proc, r.Held, r.Since.Local().Format("15:04:05"))
-	}
-	_ = w.Flush()
+		return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s", r.ID, r.Sandbox, r.Proto, escapeReport(dst), r.Port, proc, r.Held, r.Since.Local().Format("15:04:05"))
+	})
 	return code
 }
 

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/approvals"
 	"github.com/claude-sandbox/claude-sandbox/internal/control"
@@ -98,23 +97,9 @@ func psMain(args []string, stdout, stderr io.Writer) int {
 		}
 		list = append(list, *r.Status)
 	}
-	if *asJSON {
-		if list == nil {
-			list = []control.Status{}
-		}
-		_ = printJSON(stdout, list)
-		return 0
-	}
-	if len(list) == 0 {
-		fmt.Fprintln(stdout, "no running sandboxes")
-		return 0
-	}
-	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tPID\tNET\tSTARTED\tBLOCKED\tPENDING\tCWD\tCOMMAND")
-	for _, s := range list {
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, s.PID, s.Net, s.Started.Local().Format("Jan 02 15:04:05"), s.Blocked, s.Pending, s.Cwd, escapeReport(strings.Join(s.Command, " ")))
-	}
-	_ = w.Flush()
+	printList(stdout, *asJSON, list, "no running sandboxes", "ID\tPID\tNET\tSTARTED\tBLOCKED\tPENDING\tCWD\tCOMMAND", func(_ int, s control.Status) string {
+		return fmt.Sprintf("%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s", s.ID, s.PID, s.Net, s.Started.Local().Format("Jan 02 15:04:05"), s.Blocked, s.Pending, s.Cwd, escapeReport(strings.Join(s.Command, " ")))
+	})
 	return 0
 }
 

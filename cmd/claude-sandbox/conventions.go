@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"text/tabwriter"
 )
 
 // The conventions every subcommand follows (docs/cli.md): -h and --help
@@ -83,6 +84,30 @@ func parseWithArg(f *flag.FlagSet, cmd string, args []string, help string, stdou
 		return "", usageLine(stderr, cmd, fmt.Sprintf("unexpected argument %q", f.Arg(0))), true
 	}
 	return arg, 0, false
+}
+
+// printList prints a command's list (ps, requests, approvals): with
+// asJSON as a JSON array ([] when empty); else the line empty when there
+// is nothing, or a table: header, then row(i, item) for each item, both
+// tab-separated.
+func printList[T any](w io.Writer, asJSON bool, list []T, empty, header string, row func(int, T) string) {
+	if asJSON {
+		if list == nil {
+			list = []T{}
+		}
+		_ = printJSON(w, list)
+		return
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(w, empty)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for i, e := range list {
+		fmt.Fprintln(tw, row(i, e))
+	}
+	_ = tw.Flush()
 }
 
 // printJSON writes v as indented JSON, a line of its own.
