@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"encoding/json"
 	"io"
 	"net"
 	"os"
@@ -41,15 +40,8 @@ func waitRequest(t *testing.T, bin string, uid int, want func(ask.Request) bool)
 	t.Helper()
 	var last string
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		out, err := hostAs(uid, bin, "requests", "--json").Output()
-		if err != nil {
-			t.Fatalf("requests --json: %v", err)
-		}
-		last = string(out)
 		var list []ask.Request
-		if err := json.Unmarshal(out, &list); err != nil {
-			t.Fatalf("requests --json: %v: %s", err, out)
-		}
+		list, last = hostList[ask.Request](t, bin, uid, "requests", "--json")
 		for _, q := range list {
 			if want(q) {
 				return q
@@ -76,14 +68,7 @@ func reqRef(q ask.Request) string { return q.Sandbox + "/" + strconv.Itoa(q.ID) 
 
 func pendingCount(t *testing.T, bin string, uid int) int {
 	t.Helper()
-	out, err := hostAs(uid, bin, "requests", "--json").Output()
-	if err != nil {
-		t.Fatalf("requests --json: %v", err)
-	}
-	var list []ask.Request
-	if err := json.Unmarshal(out, &list); err != nil {
-		t.Fatalf("requests --json: %v: %s", err, out)
-	}
+	list, _ := hostList[ask.Request](t, bin, uid, "requests", "--json")
 	return len(list)
 }
 
@@ -374,10 +359,7 @@ func TestControlHostPort(t *testing.T) {
 		}
 		var st control.Status
 		for deadline := time.Now().Add(10 * time.Second); st.ID == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			out, err := hostAs(uid, bin, "ps", "--json").Output()
-			must(t, err)
-			var list []control.Status
-			must(t, json.Unmarshal(out, &list))
+			list, _ := hostList[control.Status](t, bin, uid, "ps", "--json")
 			for _, x := range list {
 				if x.Cwd == cwd {
 					st = x

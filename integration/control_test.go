@@ -28,19 +28,27 @@ func hostAs(uid int, bin string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// hostList runs claude-sandbox ARGS (a listing with --json) on the
+// host as uid and decodes its JSON array.
+func hostList[T any](t *testing.T, bin string, uid int, args ...string) ([]T, string) {
+	t.Helper()
+	out, err := hostAs(uid, bin, args...).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", strings.Join(args, " "), err)
+	}
+	var list []T
+	if err := json.Unmarshal(out, &list); err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return list, string(out)
+}
+
 // psFind returns the status of uid's running sandbox whose command
 // contains word (or whose id is word), as claude-sandbox ps --json lists it.
 func psFind(t *testing.T, bin string, uid int, word string) control.Status {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		out, err := hostAs(uid, bin, "ps", "--json").Output()
-		if err != nil {
-			t.Fatalf("ps --json: %v", err)
-		}
-		var list []control.Status
-		if err := json.Unmarshal(out, &list); err != nil {
-			t.Fatalf("ps --json: %v: %s", err, out)
-		}
+		list, _ := hostList[control.Status](t, bin, uid, "ps", "--json")
 		for _, s := range list {
 			if s.ID == word || strings.Contains(strings.Join(s.Command, " "), word) {
 				return s

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,21 +12,6 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 )
-
-// auditFlows returns the audit log's flow records.
-func auditFlows(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	b, _ := os.ReadFile(path)
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var r map[string]any
-		if line == "" || json.Unmarshal([]byte(line), &r) != nil || r["event"] != "flow" {
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
-}
 
 func argvOf(r map[string]any) []string {
 	var out []string
@@ -60,7 +44,7 @@ func TestFlowOwnerAudit(t *testing.T) {
 			t.Fatalf("the refused flow passed: %+v", r)
 		}
 		var refused map[string]any
-		for _, f := range auditFlows(t, audit) {
+		for _, f := range auditRecords(audit, "flow") {
 			if f["verdict"] == "refused" && f["addr"] == labDevice {
 				refused = f
 			}
@@ -94,7 +78,7 @@ func TestFlowOwnerAudit(t *testing.T) {
 		audit = filepath.Join(dir, "udp.jsonl")
 		r = testutil.Run(t, l.jailCmd(uid, bin, "run", "--audit-log", audit, "--", probe, "udp", labDevice+":5065", "udp-mark"))
 		var udp map[string]any
-		for _, f := range auditFlows(t, audit) {
+		for _, f := range auditRecords(audit, "flow") {
 			if f["verdict"] == "refused" && f["proto"] == "udp" && f["addr"] == labDevice {
 				udp = f
 			}
@@ -126,7 +110,7 @@ func TestFlowOwnerAudit(t *testing.T) {
 		}
 		var allowed map[string]any
 		for deadline := time.Now().Add(20 * time.Second); allowed == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			for _, f := range auditFlows(t, audit) {
+			for _, f := range auditRecords(audit, "flow") {
 				if f["verdict"] == "allowed" && f["addr"] == labInternet {
 					allowed = f
 				}
@@ -158,7 +142,7 @@ func TestFlowOwnerIPv6(t *testing.T) {
 			audit := filepath.Join(dir, proto+".jsonl")
 			r := testutil.Run(t, l.jailCmd(uid, bin, "run", "--audit-log", audit, "--", probe, proto, "["+labDevice6+"]:22", proto+"6-mark"))
 			var rec map[string]any
-			for _, f := range auditFlows(t, audit) {
+			for _, f := range auditRecords(audit, "flow") {
 				if f["verdict"] == "refused" && f["proto"] == proto && f["addr"] == labDevice6 {
 					rec = f
 				}
