@@ -102,6 +102,9 @@ func TestHostileStore(t *testing.T) {
 		"bad entry": func() error {
 			return os.WriteFile(path, []byte(strings.Replace(string(good), "pypi.org", "not a domain!", 1)), 0o600)
 		},
+		"entry not canonical": func() error {
+			return os.WriteFile(path, []byte(strings.Replace(string(good), "pypi.org", " pypi.org", 1)), 0o600)
+		},
 		"unknown field": func() error {
 			return os.WriteFile(path, []byte(strings.Replace(string(good), `"v": 1`, `"v": 1, "allow-all": true`, 1)), 0o600)
 		},
@@ -123,6 +126,9 @@ func TestHostileStore(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "remove the file") {
 				t.Errorf("the error names neither the file nor the fix: %v", err)
+			}
+			if strings.Contains(err.Error(), "<nil>") {
+				t.Errorf("the error does not say what is wrong: %v", err)
 			}
 			if _, err := s.Add(ws, Entry{Kind: Domain, Value: "example.org"}); err == nil {
 				t.Errorf("Add over a refused store succeeded")
