@@ -3,7 +3,6 @@ package jail
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -14,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"github.com/claude-sandbox/claude-sandbox/internal/jaillayers"
 	"github.com/claude-sandbox/claude-sandbox/jail/netchild"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"

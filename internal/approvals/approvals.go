@@ -250,8 +250,11 @@ func (s Store) read(dir int, canon string) (file, error) {
 	}
 	for i, e := range f.Entries {
 		c, err := Validate(e)
-		if err != nil || c.Value != e.Value {
+		if err != nil {
 			return refuse(fmt.Sprintf("entry %d: %v", i+1, err))
+		}
+		if c.Value != e.Value {
+			return refuse(fmt.Sprintf("entry %d: %s %q is not in its canonical form %q", i+1, e.Kind, e.Value, c.Value))
 		}
 	}
 	return f, nil

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 )
 
 func newStore(t *testing.T) (Store, string) {
@@ -100,6 +102,9 @@ func TestHostileStore(t *testing.T) {
 		"bad entry": func() error {
 			return os.WriteFile(path, []byte(strings.Replace(string(good), "pypi.org", "not a domain!", 1)), 0o600)
 		},
+		"entry not canonical": func() error {
+			return os.WriteFile(path, []byte(strings.Replace(string(good), "pypi.org", " pypi.org", 1)), 0o600)
+		},
 		"unknown field": func() error {
 			return os.WriteFile(path, []byte(strings.Replace(string(good), `"v": 1`, `"v": 1, "allow-all": true`, 1)), 0o600)
 		},
@@ -122,6 +127,9 @@ func TestHostileStore(t *testing.T) {
 			if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "remove the file") {
 				t.Errorf("the error names neither the file nor the fix: %v", err)
 			}
+			if strings.Contains(err.Error(), "<nil>") {
+				t.Errorf("the error does not say what is wrong: %v", err)
+			}
 			if _, err := s.Add(ws, Entry{Kind: Domain, Value: "example.org"}); err == nil {
 				t.Errorf("Add over a refused store succeeded")
 			}
@@ -136,6 +144,50 @@ func TestHostileStore(t *testing.T) {
 	}
 	if _, err := s.List(ws); err == nil || !strings.Contains(err.Error(), "chmod 700") {
 		t.Errorf("a directory others may write: %v", err)
+	}
+}
+
+// TestHostileStoreOwner tries the two refusals TestHostileStore cannot
+// make as any user: a store file of another user's (the package comment
+// and the threat model claim it is refused; as root, the caller that
+// could be fooled into trusting a file it did not write, it is made
+// nobody's), and a store directory that is a link to another directory
+// (a session that could plant the link would choose the file read).
+func TestHostileStoreOwner(t *testing.T) {
+	testutil.NeedsRoot(t)
+	s, ws := newStore(t)
+	if _, err := s.Add(ws, Entry{Kind: Domain, Value: "pypi.org"}); err != nil {
+		t.Fatal(err)
+	}
+	canon, _ := Canonical(ws)
+	path := s.Path(canon)
+	if err := os.Chown(path, testutil.Nobody, testutil.Nobody); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.List(ws)
+	if err == nil || len(l) != 0 || !strings.Contains(err.Error(), "owned by uid 65534") || !strings.Contains(err.Error(), "remove the file") {
+		t.Errorf("a store file of another user's: List %v, %v: want refused, naming the owner and the fix", l, err)
+	}
+	if _, err := s.Add(ws, Entry{Kind: Domain, Value: "example.org"}); err == nil {
+		t.Errorf("Add over another user's store file succeeded")
+	}
+	if err := os.Chown(path, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// The directory itself a link (to a directory holding a good file).
+	moved := s.Dir + ".real"
+	if err := os.Rename(s.Dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(moved, s.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.List(ws); err == nil || len(l) != 0 {
+		t.Errorf("a store directory that is a link: List %v, %v: want refused", l, err)
+	}
+	if _, err := s.Add(ws, Entry{Kind: Domain, Value: "example.org"}); err == nil {
+		t.Errorf("Add through a linked store directory succeeded")
 	}
 }
 

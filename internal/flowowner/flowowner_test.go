@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -165,6 +166,57 @@ func TestEscape(t *testing.T) {
 	long := ParseCmdline([]byte(strings.Repeat("x", 2000) + "\x00" + strings.Repeat("y\x00", 200)))
 	if len(long) != maxArgs+1 || len(long[0]) != maxArg+3 || long[maxArgs] != "..." {
 		t.Errorf("long argv: %d args, first %d bytes", len(long), len(long[0]))
+	}
+}
+
+// TestDescribeEscapes tries the threat model's claim that nothing of a
+// process's argv or working directory reaches a terminal or log raw
+// through Describe itself, not only ParseCmdline: a child whose argv[0]
+// is an OSC 52 sequence (a terminal's clipboard write) and whose working
+// directory's name clears the screen and is not UTF-8.
+func TestDescribeEscapes(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "d\x1b[2Jir\xff")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := exec.LookPath("cat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := &exec.Cmd{Path: cat, Args: []string{"x\x1b]52;c;QUJD\x07", "-"}, Dir: dir}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer in.Close()
+	// Start returns when the exec began, before the new argv is in place
+	// (cmdline read empty under -race): a line echoed back means cat runs.
+	if _, err := in.Write([]byte("up\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := out.Read(make([]byte, 3)); err != nil {
+		t.Fatal(err)
+	}
+	proc, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(proc)
+	o := Describe(proc, cmd.Process.Pid)
+	if len(o.Argv) != 2 || o.Argv[0] != `x\x1b]52;c;QUJD\x07` || o.Argv[1] != "-" {
+		t.Errorf("argv %q", o.Argv)
+	}
+	if want := base + `/d\x1b[2Jir\xff`; o.Cwd != want {
+		t.Errorf("cwd %q, want %q", o.Cwd, want)
 	}
 }
 
