@@ -91,30 +91,35 @@ func OpenAudit(path, sandbox string, max int64) (*Audit, error) {
 	if max <= 0 {
 		max = DefaultAuditMax
 	}
-	f, err := openAuditFile(path, false)
+	f, size, err := openAuditFile(path, false)
 	if err != nil {
 		return nil, err
 	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return nil, errors.New("not a regular file")
-	}
-	return &Audit{path: path, sandbox: sandbox, max: max, f: f, size: st.Size()}, nil
+	return &Audit{path: path, sandbox: sandbox, max: max, f: f, size: size}, nil
 }
 
-func openAuditFile(path string, trunc bool) (*os.File, error) {
-	// Never through a symlink; never blocking on a FIFO (a non-regular
-	// file is refused once open).
+// openAuditFile opens the log at path for appending (truncated with
+// trunc: a rotation's new file) and returns its size: never through a
+// symlink, never blocking on a FIFO, and a non-regular file is refused
+// once open, at the launch and at every rotation alike.
+func openAuditFile(path string, trunc bool) (*os.File, int64, error) {
 	flags := os.O_WRONLY | os.O_CREATE | os.O_APPEND | unix.O_NOFOLLOW | unix.O_NONBLOCK
 	if trunc {
 		flags |= os.O_TRUNC
 	}
-	return os.OpenFile(path, flags, 0o600)
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = errors.New("not a regular file")
+	}
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, st.Size(), nil
 }
 
 // Write appends r (its Time and Sandbox filled in when empty).
@@ -158,14 +163,14 @@ func (a *Audit) rotate() {
 	if err := os.Rename(a.path, a.path+".1"); err != nil && a.err == nil {
 		a.err = err
 	}
-	f, err := openAuditFile(a.path, true)
+	f, size, err := openAuditFile(a.path, true)
 	if err != nil {
 		if a.err == nil {
 			a.err = err
 		}
 		return
 	}
-	a.f, a.size = f, 0
+	a.f, a.size = f, size
 }
 
 // Close closes the log and returns the first write error, if any.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack"
 )
@@ -89,5 +91,41 @@ func TestAuditFlowEnd(t *testing.T) {
 		if lines[i] != want[i] {
 			t.Errorf("line %d:\n got %s\nwant %s", i, lines[i], want[i])
 		}
+	}
+}
+
+// The audit log is never written through a link, never blocks on a FIFO
+// a session (or anyone who can write the log's directory) planted, and
+// is never anything but a regular file: opened at launch and at every
+// rotation through the same checks.
+func TestAuditRefusesNonRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	// A reader on the FIFO, so that opening it for writing does not
+	// fail by itself (ENXIO): the regular-file check must refuse it.
+	r, err := os.OpenFile(fifo, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, p := range []string{fifo, link, dir} {
+		if a, err := OpenAudit(p, "x", 0); err == nil {
+			a.Close()
+			t.Errorf("OpenAudit(%s) opened it", p)
+		}
+	}
+	if b, _ := os.ReadFile(target); len(b) != 0 {
+		t.Errorf("written through the link: %q", b)
 	}
 }
