@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -228,5 +229,32 @@ func TestConfirmClient(t *testing.T) {
 	got := <-seen
 	if got.Client == nil || got.Client.PID != os.Getpid() || len(got.Client.Argv) == 0 || got.Client.Argv[0] != os.Args[0] {
 		t.Fatalf("client %+v", got.Client)
+	}
+}
+
+// The ssh client's command line is written by the client itself (inside,
+// hostile): procClient keeps it bounded and escaped as a flow's process's
+// (flowowner), so an escape sequence in its argv never reaches the
+// terminal or log raw. Seen failing with procClient's own os.ReadFile
+// and split: the OSC 52 sequence came back as it was.
+func TestClientArgvEscaped(t *testing.T) {
+	evil := "\x1b]52;c;ZXZpbA==\x07git"
+	cmd := exec.Command("/bin/sleep", "1000", strings.Repeat("A", 100000))
+	cmd.Args[0] = evil
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	c := procClient(cmd.Process.Pid)
+	if c == nil || c.PID != cmd.Process.Pid || len(c.Argv) != 3 {
+		t.Fatalf("procClient = %+v", c)
+	}
+	for _, a := range c.Argv {
+		if strings.ContainsFunc(a, func(r rune) bool { return r < 0x20 || r == 0x7f }) || len(a) > 4096 {
+			t.Errorf("argument %q (%d bytes) kept raw or unbounded", a[:min(len(a), 40)], len(a))
+		}
+	}
+	if !strings.HasPrefix(c.Argv[0], `\x1b]52`) {
+		t.Errorf("argv[0] = %q, want the escape written out", c.Argv[0])
 	}
 }

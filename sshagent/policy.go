@@ -91,8 +91,9 @@ type Client struct {
 	// PID is its pid in the sandbox's pid namespace (the innermost of
 	// /proc/PID/status's NSpid), as ps inside shows it.
 	PID int
-	// Argv is its command line, as it shows it (a process can rewrite
-	// its own): information, not proof.
+	// Argv is its command line, bounded and escaped as a flow's process's
+	// (flowowner.ParseCmdline; a process can rewrite its own):
+	// information, not proof.
 	Argv []string
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/flowowner"
 	"github.com/claude-sandbox/claude-sandbox/mounts"
 	"golang.org/x/crypto/ssh/agent"
 )
@@ -203,17 +204,21 @@ func peerClient(c net.Conn) *Client {
 	return procClient(int(cred.Pid))
 }
 
-// maxArgv bounds the command line kept of a client.
-const maxArgv = 512
-
-// procClient reads pid's innermost pid and command line from /proc.
+// procClient reads pid's innermost pid from /proc/PID/status, and its
+// command line as flowowner.Describe reads a flow's process's: a bounded
+// read, each argument cut and escaped (the client writes its own argv).
 func procClient(pid int) *Client {
-	dir := "/proc/" + strconv.Itoa(pid)
-	st, err := os.ReadFile(dir + "/status")
+	p := strconv.Itoa(pid)
+	proc, err := unix.Open("/proc", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	cl := &Client{PID: pid}
+	defer unix.Close(proc)
+	st, err := os.ReadFile("/proc/" + p + "/status")
+	if err != nil {
+		return nil
+	}
+	cl := &Client{PID: pid, Argv: flowowner.Describe(proc, pid).Argv}
 	for _, line := range strings.Split(string(st), "\n") {
 		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
 			if f := strings.Fields(rest); len(f) > 0 {
@@ -221,15 +226,6 @@ func procClient(pid int) *Client {
 					cl.PID = n
 				}
 			}
-		}
-	}
-	if b, err := os.ReadFile(dir + "/cmdline"); err == nil {
-		if len(b) > maxArgv {
-			b = b[:maxArgv]
-		}
-		cl.Argv = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(cl.Argv) == 1 && cl.Argv[0] == "" {
-			cl.Argv = nil
 		}
 	}
 	return cl
