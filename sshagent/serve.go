@@ -219,10 +219,16 @@ func procClient(pid int) *Client {
 		return nil
 	}
 	cl := &Client{PID: pid, Argv: flowowner.Describe(proc, pid).Argv}
+	// NSpid lists the pid from this process's namespace down: the
+	// sandbox's is one level below the launcher's (init is cloned with
+	// CLONE_NEWPID from the holder, which has none of its own), so its pid
+	// there is the second field. Not the innermost: a client that put
+	// itself in a pid namespace of its own inside would be named by a pid
+	// of that namespace (1, init's) instead of the one ps inside shows.
 	for _, line := range strings.Split(string(st), "\n") {
 		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			if f := strings.Fields(rest); len(f) > 0 {
-				if n, err := strconv.Atoi(f[len(f)-1]); err == nil {
+			if f := strings.Fields(rest); len(f) > 1 {
+				if n, err := strconv.Atoi(f[1]); err == nil {
 					cl.PID = n
 				}
 			}
