@@ -6,14 +6,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"github.com/claude-sandbox/claude-sandbox/internal/flowowner"
 	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"github.com/claude-sandbox/claude-sandbox/plan"
 	"golang.org/x/crypto/ssh/agent"
 )
 
@@ -179,6 +182,36 @@ func (s *Server) Bind() mounts.Op {
 // files inside.
 func (s *Server) Env() [][2]string {
 	return [][2]string{{"SSH_AUTH_SOCK", InsideSocket}, {"GIT_SSH_COMMAND", GitSSHCommand}}
+}
+
+// Show adds to opts what shows the agent inside: the socket's bind
+// (after the view's socket masks), the known_hosts and ssh_config files,
+// the environment (after the caller's own: the caller's SSH_AUTH_SOCK
+// never reaches the command), and, under a jail's domain allowlist, each
+// host's port (on a copy: the caller's list is left as it was).
+func (s *Server) Show(opts *plan.Options) {
+	opts.Late = append(opts.Late, s.Files()...)
+	opts.Served = append(opts.Served, s.Bind())
+	opts.SetEnv = append(opts.SetEnv, s.Env()...)
+	if (opts.Net == "" || opts.Net == plan.NetJail) && len(opts.AllowDomains) > 0 {
+		opts.AllowDomains = append(slices.Clone(opts.AllowDomains), s.Policy.Endpoints()...)
+	}
+}
+
+// ConfirmBy is Confirm's hook for the ask mode's broker b: each signature
+// the policy allows is an ssh-sign request of b, with the client when
+// known, and waits for its answer. With no broker, every one is refused.
+func ConfirmBy(b *ask.Broker) func(Signature) error {
+	return func(s Signature) error {
+		if b == nil {
+			return errors.New("the ask mode is off")
+		}
+		q := ask.Sign{Host: s.Host, Port: uint16(s.Port), Key: s.Key}
+		if c := s.Client; c != nil {
+			q.Who = &ask.Process{PID: c.PID, Argv: c.Argv}
+		}
+		return b.ConfirmSign(q)
+	}
 }
 
 // peerClient finds the process at the other end of c from its peer
