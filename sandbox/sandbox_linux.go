@@ -317,12 +317,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		if s.agent, err = sshagent.Listen(pol, backing); err != nil {
 			return nil, fmt.Errorf("sandbox: SSHAgent: %w", err)
 		}
-		opts.Late = append(opts.Late, s.agent.Files()...)
-		opts.Served = append(opts.Served, s.agent.Bind())
-		opts.SetEnv = append(opts.SetEnv, s.agent.Env()...)
-		if (opts.Net == "" || opts.Net == plan.NetJail) && len(opts.AllowDomains) > 0 {
-			opts.AllowDomains = append(append([]string(nil), opts.AllowDomains...), pol.Endpoints()...)
-		}
+		s.agent.Show(&opts)
 	}
 	nopts := nsexec.Options{TTY: nsexec.TTYAuto, Warn: warn, StageExe: exe}
 	var setup *jail.Setup
@@ -409,14 +404,7 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		s.jail = jail.New(setup, jopts)
 		nopts.Jail = s.jail
 		if s.agent != nil && spec.SSHAgent.Confirm {
-			b := s.jail.Asks()
-			s.agent.Policy.SetConfirm(func(g sshagent.Signature) error {
-				q := ask.Sign{Host: g.Host, Port: uint16(g.Port), Key: g.Key}
-				if c := g.Client; c != nil {
-					q.Who = &ask.Process{PID: c.PID, Argv: c.Argv}
-				}
-				return b.ConfirmSign(q)
-			})
+			s.agent.Policy.SetConfirm(sshagent.ConfirmBy(s.jail.Asks()))
 		}
 	}
 	if spec.Ask && setup == nil {

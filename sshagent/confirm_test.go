@@ -2,10 +2,14 @@ package sshagent
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -228,5 +232,64 @@ func TestConfirmClient(t *testing.T) {
 	got := <-seen
 	if got.Client == nil || got.Client.PID != os.Getpid() || len(got.Client.Argv) == 0 || got.Client.Argv[0] != os.Args[0] {
 		t.Fatalf("client %+v", got.Client)
+	}
+}
+
+// The ssh client's command line is written by the client itself (inside,
+// hostile): procClient keeps it bounded and escaped as a flow's process's
+// (flowowner), so an escape sequence in its argv never reaches the
+// terminal or log raw. Seen failing with procClient's own os.ReadFile
+// and split: the OSC 52 sequence came back as it was.
+func TestClientArgvEscaped(t *testing.T) {
+	evil := "\x1b]52;c;ZXZpbA==\x07git"
+	cmd := exec.Command("/bin/sleep", "1000", strings.Repeat("A", 100000))
+	cmd.Args[0] = evil
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	c := procClient(cmd.Process.Pid)
+	if c == nil || c.PID != cmd.Process.Pid || len(c.Argv) != 3 {
+		t.Fatalf("procClient = %+v", c)
+	}
+	for _, a := range c.Argv {
+		if strings.ContainsFunc(a, func(r rune) bool { return r < 0x20 || r == 0x7f }) || len(a) > 4096 {
+			t.Errorf("argument %q (%d bytes) kept raw or unbounded", a[:min(len(a), 40)], len(a))
+		}
+	}
+	if !strings.HasPrefix(c.Argv[0], `\x1b]52`) {
+		t.Errorf("argv[0] = %q, want the escape written out", c.Argv[0])
+	}
+}
+
+// A client in a pid namespace of its own inside the sandbox is named by
+// its pid in the sandbox's, one level below this process's, not by the
+// innermost (1 there, init's number). Here a child in a new pid namespace
+// stands for the sandbox's init (pid 1 there) and its child, unshared
+// into a further one, for the client: pid 2 in the "sandbox", 1 below.
+// Seen failing with the innermost NSpid taken: PID 1.
+func TestClientPIDInSandboxNamespace(t *testing.T) {
+	cmd := exec.Command("/usr/bin/unshare", "--pid", "--fork", "/bin/sleep", "1000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	children := fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid)
+	var client int
+	for client == 0 {
+		b, err := os.ReadFile(children)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			client, _ = strconv.Atoi(f[0])
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	c := procClient(client)
+	if c == nil || c.PID != 2 {
+		t.Fatalf("procClient(%d) = %+v, want PID 2 (the \"sandbox\"'s)", client, c)
 	}
 }

@@ -3,10 +3,10 @@ package sshagent
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/beneath"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 )
@@ -22,12 +22,11 @@ const maxKeyFile = 64 << 10
 // (the launcher asks no passphrase: ssh-add puts it in the caller's agent,
 // which --ssh-agent then uses).
 func LoadKeyFile(path string) (agent.AddedKey, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return agent.AddedKey{}, fmt.Errorf("ssh-key-file: %v", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
+	// The mode is looked at without opening the file (a FIFO named here
+	// is refused, not waited on); beneath.ReadFile then opens it without
+	// blocking, refuses anything but a regular file on that descriptor,
+	// and reads it only within the bound.
+	st, err := os.Stat(path)
 	if err != nil {
 		return agent.AddedKey{}, fmt.Errorf("ssh-key-file: %v", err)
 	}
@@ -37,14 +36,15 @@ func LoadKeyFile(path string) (agent.AddedKey, error) {
 	if st.Mode().Perm()&0o077 != 0 {
 		return agent.AddedKey{}, fmt.Errorf("ssh-key-file %s: mode %04o lets its group or others read it; as ssh, the key is refused (chmod 600 %s)", path, st.Mode().Perm(), path)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	b, err := beneath.ReadFile(path, ".", maxKeyFile)
+	var tl *beneath.TooLargeError
+	if errors.As(err, &tl) {
+		return agent.AddedKey{}, fmt.Errorf("ssh-key-file %s: larger than %d KiB: not a private key", path, maxKeyFile>>10)
+	}
 	if err != nil {
 		return agent.AddedKey{}, fmt.Errorf("ssh-key-file %s: %v", path, err)
 	}
 	defer clear(b)
-	if len(b) > maxKeyFile {
-		return agent.AddedKey{}, fmt.Errorf("ssh-key-file %s: larger than %d KiB: not a private key", path, maxKeyFile>>10)
-	}
 	k, err := ssh.ParseRawPrivateKey(b)
 	var pm *ssh.PassphraseMissingError
 	if errors.As(err, &pm) {

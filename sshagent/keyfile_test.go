@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/pem"
+	"golang.org/x/sys/unix"
 	"net"
 	"os"
 	"path/filepath"
@@ -204,5 +205,18 @@ func TestEvents(t *testing.T) {
 	if len(evs) != 2 || evs[0].Signed || evs[0].Host != "unbound" || evs[0].Key != fp || !strings.Contains(evs[0].Reason, "not bound") ||
 		!evs[1].Signed || evs[1].Host != "forge.test" || evs[1].Key != fp || evs[1].Reason != "" {
 		t.Errorf("events %+v", evs)
+	}
+}
+
+// A key file path that names a FIFO (or a file swapped for one) is
+// refused at once: the launcher must not wait, before the sandbox starts,
+// for a writer that never comes.
+func TestKeyFileFIFORefused(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "key")
+	if err := unix.Mkfifo(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadKeyFile(p); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a FIFO: %v", err)
 	}
 }

@@ -88,11 +88,12 @@ type Signature struct {
 // Client is the process at the other end of an agent connection, from
 // the socket's peer credentials (SO_PEERCRED, taken at its connect).
 type Client struct {
-	// PID is its pid in the sandbox's pid namespace (the innermost of
+	// PID is its pid in the sandbox's pid namespace (the second field of
 	// /proc/PID/status's NSpid), as ps inside shows it.
 	PID int
-	// Argv is its command line, as it shows it (a process can rewrite
-	// its own): information, not proof.
+	// Argv is its command line, bounded and escaped as a flow's process's
+	// (flowowner.ParseCmdline; a process can rewrite its own):
+	// information, not proof.
 	Argv []string
 }
 

@@ -6,13 +6,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
+	"github.com/claude-sandbox/claude-sandbox/internal/flowowner"
 	"github.com/claude-sandbox/claude-sandbox/mounts"
+	"github.com/claude-sandbox/claude-sandbox/plan"
 	"golang.org/x/crypto/ssh/agent"
 )
 
@@ -180,6 +184,36 @@ func (s *Server) Env() [][2]string {
 	return [][2]string{{"SSH_AUTH_SOCK", InsideSocket}, {"GIT_SSH_COMMAND", GitSSHCommand}}
 }
 
+// Show adds to opts what shows the agent inside: the socket's bind
+// (after the view's socket masks), the known_hosts and ssh_config files,
+// the environment (after the caller's own: the caller's SSH_AUTH_SOCK
+// never reaches the command), and, under a jail's domain allowlist, each
+// host's port (on a copy: the caller's list is left as it was).
+func (s *Server) Show(opts *plan.Options) {
+	opts.Late = append(opts.Late, s.Files()...)
+	opts.Served = append(opts.Served, s.Bind())
+	opts.SetEnv = append(opts.SetEnv, s.Env()...)
+	if (opts.Net == "" || opts.Net == plan.NetJail) && len(opts.AllowDomains) > 0 {
+		opts.AllowDomains = append(slices.Clone(opts.AllowDomains), s.Policy.Endpoints()...)
+	}
+}
+
+// ConfirmBy is Confirm's hook for the ask mode's broker b: each signature
+// the policy allows is an ssh-sign request of b, with the client when
+// known, and waits for its answer. With no broker, every one is refused.
+func ConfirmBy(b *ask.Broker) func(Signature) error {
+	return func(s Signature) error {
+		if b == nil {
+			return errors.New("the ask mode is off")
+		}
+		q := ask.Sign{Host: s.Host, Port: uint16(s.Port), Key: s.Key}
+		if c := s.Client; c != nil {
+			q.Who = &ask.Process{PID: c.PID, Argv: c.Argv}
+		}
+		return b.ConfirmSign(q)
+	}
+}
+
 // peerClient finds the process at the other end of c from its peer
 // credentials: the pid SO_PEERCRED gives is in this process's pid
 // namespace (the host's, for the launcher); NSpid maps it to the
@@ -203,33 +237,34 @@ func peerClient(c net.Conn) *Client {
 	return procClient(int(cred.Pid))
 }
 
-// maxArgv bounds the command line kept of a client.
-const maxArgv = 512
-
-// procClient reads pid's innermost pid and command line from /proc.
+// procClient reads pid's innermost pid from /proc/PID/status, and its
+// command line as flowowner.Describe reads a flow's process's: a bounded
+// read, each argument cut and escaped (the client writes its own argv).
 func procClient(pid int) *Client {
-	dir := "/proc/" + strconv.Itoa(pid)
-	st, err := os.ReadFile(dir + "/status")
+	p := strconv.Itoa(pid)
+	proc, err := unix.Open("/proc", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	cl := &Client{PID: pid}
+	defer unix.Close(proc)
+	st, err := os.ReadFile("/proc/" + p + "/status")
+	if err != nil {
+		return nil
+	}
+	cl := &Client{PID: pid, Argv: flowowner.Describe(proc, pid).Argv}
+	// NSpid lists the pid from this process's namespace down: the
+	// sandbox's is one level below the launcher's (init is cloned with
+	// CLONE_NEWPID from the holder, which has none of its own), so its pid
+	// there is the second field. Not the innermost: a client that put
+	// itself in a pid namespace of its own inside would be named by a pid
+	// of that namespace (1, init's) instead of the one ps inside shows.
 	for _, line := range strings.Split(string(st), "\n") {
 		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-			if f := strings.Fields(rest); len(f) > 0 {
-				if n, err := strconv.Atoi(f[len(f)-1]); err == nil {
+			if f := strings.Fields(rest); len(f) > 1 {
+				if n, err := strconv.Atoi(f[1]); err == nil {
 					cl.PID = n
 				}
 			}
-		}
-	}
-	if b, err := os.ReadFile(dir + "/cmdline"); err == nil {
-		if len(b) > maxArgv {
-			b = b[:maxArgv]
-		}
-		cl.Argv = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(cl.Argv) == 1 && cl.Argv[0] == "" {
-			cl.Argv = nil
 		}
 	}
 	return cl

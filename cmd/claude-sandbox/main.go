@@ -442,7 +442,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		j := jail.New(setup, jo)
 		nopts.Jail = j
 		if agentSrv != nil && x.sshConfirm {
-			agentSrv.Policy.SetConfirm(confirmSign(j.Asks()))
+			agentSrv.Policy.SetConfirm(sshagent.ConfirmBy(j.Asks()))
 		}
 	} else if x.ask {
 		fmt.Fprintf(stderr, "claude-sandbox: warning: --ask holds what the egress jail refuses; with --net=%s there is no jail and nothing is held\n", opts.Net)
