@@ -247,12 +247,7 @@ func (p *peekState) refuse(rule string) {
 	p.done = true
 	p.stop()
 	f.st.blockName(netpolicy.ProtoTCP, f.key.dst, p.name, rule)
-	f.st.memGive(f.pendLen)
-	f.pend, f.pendLen = nil, 0
-	f.flags &^= pendWaiting
-	f.sendReset()
-	f.flags |= resetHost
-	f.state = tcpClosed
+	f.refuseFirstBytes()
 }
 
 // decide ends the peek: the flow is allowed, and what the sandbox sent
