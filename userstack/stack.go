@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"net"
 	"net/netip"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack/blocklog"
 )
