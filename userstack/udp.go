@@ -543,7 +543,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 			case ask.Refuse:
 				return nil, target, nil, false
 			}
-			rule = "approved (ask mode)"
+			rule = "ask: approved once"
 		}
 		if gate := st.ipv6Gate(key.dst.Addr()); gate != nil {
 			return nil, target, gate, true
