@@ -1,10 +1,11 @@
 package userstack
 
 import (
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"net/netip"
 	"slices"
 	"sync"
+
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"

@@ -14,11 +14,6 @@ import (
 // (deliverBlocks) calls the callbacks; Close lets it deliver what was
 // queued before it returns.
 
-// blockQueue is the stack's queue (Stack.blocks).
-type blockQueue = blocklog.Log
-
-func newBlockQueue() *blockQueue { return blocklog.New() }
-
 // BlockRecordRate is the records a second delivered to OnBlock,
 // sustained, after a burst of 1024.
 const BlockRecordRate = blocklog.Rate

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
 )
 
 // The stack's own DNS resolver, with the domain allowlist on (names.go).
@@ -213,7 +214,7 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 		return build(resp, nil, nil, limit)
 	}
 	question := qs[0]
-	name := canonName(question.Name.String())
+	name := inspect.Canon(question.Name.String())
 	if question.Class != dnsmessage.ClassINET {
 		resp.RCode = dnsmessage.RCodeRefused
 		return build(resp, qs, nil, limit)
@@ -329,12 +330,12 @@ func (st *Stack) resolveUpstream(ctx context.Context, name string, t dnsmessage.
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	chain := map[string]bool{canonName(qn.String()): true}
+	chain := map[string]bool{inspect.Canon(qn.String()): true}
 	for range 16 { // follow the CNAMEs, in any order they came
 		grew := false
 		for _, rr := range m.Answers {
-			if c, ok := rr.Body.(*dnsmessage.CNAMEResource); ok && chain[canonName(rr.Header.Name.String())] && !chain[canonName(c.CNAME.String())] {
-				chain[canonName(c.CNAME.String())] = true
+			if c, ok := rr.Body.(*dnsmessage.CNAMEResource); ok && chain[inspect.Canon(rr.Header.Name.String())] && !chain[inspect.Canon(c.CNAME.String())] {
+				chain[inspect.Canon(c.CNAME.String())] = true
 				grew = true
 			}
 		}
@@ -345,7 +346,7 @@ func (st *Stack) resolveUpstream(ctx context.Context, name string, t dnsmessage.
 	var addrs []netip.Addr
 	ttl := uint32(dnsTTLMax)
 	for _, rr := range m.Answers {
-		if !chain[canonName(rr.Header.Name.String())] {
+		if !chain[inspect.Canon(rr.Header.Name.String())] {
 			continue
 		}
 		switch b := rr.Body.(type) {
@@ -427,7 +428,7 @@ func (st *Stack) exchange(ctx context.Context, q dnsmessage.Question) (*dnsmessa
 		}
 		if err == nil {
 			if m.Header.ID != id || !m.Header.Response || len(m.Questions) != 1 ||
-				canonName(m.Questions[0].Name.String()) != canonName(q.Name.String()) || m.Questions[0].Type != q.Type {
+				inspect.Canon(m.Questions[0].Name.String()) != inspect.Canon(q.Name.String()) || m.Questions[0].Type != q.Type {
 				lastErr = errors.New("the upstream answer does not match the query")
 				continue
 			}
@@ -521,7 +522,7 @@ func (n *names) askAnswer(resp dnsmessage.Header, qs []dnsmessage.Question, ques
 	if question.Type != dnsmessage.TypeA && !v6 || v6 && n.cfg.NoIPv6 {
 		return build(resp, qs, nil, limit)
 	}
-	a, err := n.synthetic(canonName(question.Name.String()), v6)
+	a, err := n.synthetic(inspect.Canon(question.Name.String()), v6)
 	if err != nil {
 		resp.RCode = dnsmessage.RCodeServerFailure
 		return build(resp, qs, nil, limit)

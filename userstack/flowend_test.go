@@ -224,3 +224,24 @@ func TestDNSRecordsBounded(t *testing.T) {
 		t.Errorf("%d records, %d dropped; want %d and 20", told.Load(), h.st.DNSRecordsDropped(), maxDNSRecords)
 	}
 }
+
+// A flow to a name whose first message the stack refuses (a ClientHello
+// for another name) reports no payload up: the hello was held for the
+// check, never written to the host socket; and it ended "refused".
+func TestFlowEndNameRefusedNothingUp(t *testing.T) {
+	ends := make(chan FlowEnd, 4)
+	h := newNamesHarnessWith(t, map[string][]uint16{"api.test": nil}, NameConfig{},
+		func(c *Config) { c.OnFlowEnd = func(e FlowEnd) { ends <- e } })
+	h.zone.addA("api.test", "203.0.113.10")
+	api := answerAddrs(t, h.query(t, "api.test.", dnsmessage.TypeA), "api.test.")[0]
+	src := netip.AddrPortFrom(jail4, 46900)
+	dst := netip.AddrPortFrom(api, 443)
+	iss := h.handshake(t, src, dst)
+	hello := clientHello(t, "other.test")
+	h.send(tcpSeg{src: src, dst: dst, flags: header.TCPFlagAck | header.TCPFlagPsh, seq: 1001, ack: iss + 1, payload: hello}.bytes())
+	h.waitRST(t)
+	hostGets(t, h.zone.next(t), nil) // written nothing
+	if e := waitEnd(t, ends); e.Up != 0 || e.Down != 0 || e.Name != "api.test" || e.How != "refused" {
+		t.Fatalf("flow end: %+v, want nothing up or down, refused", e)
+	}
+}

@@ -82,9 +82,10 @@ type FlowEnd struct {
 	UpPackets, DownPackets uint64
 	Start                  time.Time
 	Duration               time.Duration
-	// How is how it ended: TCP "closed" (both FINs), "reset" (by the
-	// sandbox or the host side), "timeout" (the sandbox stopped
-	// acknowledging, or the dial timed out), "dial failed", "aborted";
+	// How is how it ended: TCP "closed" (both FINs), "reset by the
+	// sandbox", "reset by the host side", "timeout" (the sandbox stopped
+	// acknowledging), "timeout (dial)", "dial failed", "refused" (after
+	// the IPv6 gate, or its first bytes: a name's check), "aborted";
 	// UDP "idle" (the idle timeout), "evicted" (the flow cap), "error"
 	// (its host socket); either "stack closed" (the sandbox's end).
 	How string

@@ -17,6 +17,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/inbound"
 )
 
 // sandboxStack is a gVisor stack at jail4 standing in for the sandbox,
@@ -69,7 +70,7 @@ func sandboxStack(t *testing.T, h *harness, port uint16) net.Listener {
 // Connections into the sandbox (published ports) hold the relay's memory
 // budget (issue 34): gVisor gave each up to 1 MiB + 1 MiB of buffers
 // (growing to 4 MiB), outside MaxRelayMemory, for up to 1024 connections
-// per published port. Each connection now holds publishConnCost of the
+// per published port. Each connection now holds inbound.ConnCost of the
 // budget until it is closed, and a dial the budget cannot hold fails at
 // once.
 func TestInboundConnsInMemoryBudget(t *testing.T) {
@@ -105,7 +106,7 @@ func TestInboundConnsInMemoryBudget(t *testing.T) {
 			c.Close()
 		}
 	}()
-	want := budget / publishConnCost
+	want := budget / inbound.ConnCost
 	for len(conns) <= want {
 		c, err := dial()
 		if errors.Is(err, ErrInboundMemory) {
@@ -117,10 +118,10 @@ func TestInboundConnsInMemoryBudget(t *testing.T) {
 		conns = append(conns, c)
 	}
 	if len(conns) != want {
-		t.Fatalf("%d connections into the sandbox with a budget of %d bytes, want %d (%d bytes each)", len(conns), budget, want, publishConnCost)
+		t.Fatalf("%d connections into the sandbox with a budget of %d bytes, want %d (%d bytes each)", len(conns), budget, want, inbound.ConnCost)
 	}
-	if used, _ := h.st.RelayMemory(); used != int64(want*publishConnCost) {
-		t.Fatalf("%d bytes of the budget in use, want %d", used, want*publishConnCost)
+	if used, _ := h.st.RelayMemory(); used != int64(want*inbound.ConnCost) {
+		t.Fatalf("%d bytes of the budget in use, want %d", used, want*inbound.ConnCost)
 	}
 	// A closed connection gives its share back: room for the next.
 	conns[0].Close()

@@ -26,7 +26,7 @@ package userstack
 // each sends its reopened window and reads its host socket again.
 //
 // Connections into the sandbox (published ports, publish.go) hold the
-// same budget: publishConnCost each (their gVisor buffers at their bound)
+// same budget: inbound.ConnCost each (their gVisor buffers at their bound)
 // from their dial until they are closed.
 
 // DefaultMaxRelayMemory bounds the relay's buffers across all flows. Eight

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"net/netip"
 	"slices"
 	"strings"
@@ -13,7 +12,9 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
 )
 
 // The domain allowlist (issue 17): the stack decides flows by the name
@@ -297,7 +298,7 @@ func (st *Stack) SyntheticAddr(name string, v6 bool) (netip.Addr, bool) {
 	n := st.names
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	e := n.byName[canonName(name)]
+	e := n.byName[inspect.Canon(name)]
 	if e == nil {
 		return netip.Addr{}, false
 	}
@@ -306,10 +307,6 @@ func (st *Stack) SyntheticAddr(name string, v6 bool) (netip.Addr, bool) {
 	}
 	return e.v4, e.v4.IsValid()
 }
-
-// canonName is the form names are kept and decided in: lower case, no
-// trailing dot.
-func canonName(s string) string { return strings.ToLower(strings.TrimSuffix(s, ".")) }
 
 // policyCheck is the policy's verdict on a host-side destination, except
 // that the host's loopback and the unspecified addresses (0.0.0.0, ::: a

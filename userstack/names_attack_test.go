@@ -16,6 +16,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
 )
 
 // Attacks on the deferred dial's check of the first bytes (peek.go,
@@ -193,7 +194,7 @@ func TestNamesPeekTimeoutThenOtherName(t *testing.T) {
 	send([]byte("PRI"))
 	d = h.zone.next(t)
 	hostReads(t, d, 3)
-	send([]byte(h2Preface[3:]))
+	send([]byte(inspect.H2Preface[3:]))
 	refused(d, nil, "cleartext HTTP/2 (its :authority is not checked: use TLS, or --allow-ip for the address)")
 
 	// Controls: the right name after the timeout is relayed, and so is a
@@ -259,7 +260,7 @@ func TestNamesFirstMessageEvasions(t *testing.T) {
 		{"idn sni", clientHello(t, "xn--pi-ila.test"), "sni mismatch: xn--pi-ila.test", netip.Addr{}},
 		{"one-byte TLS records", fragmented(clientHello(t, "other.test"), 1), "sni mismatch: other.test", netip.Addr{}},
 		{"sni folding to the name only in unicode", clientHello(t, "\u212Ait.test"), `sni mismatch: "\u212ait.test"`, kit},
-		{"h2 prior knowledge", []byte(h2Preface), "cleartext HTTP/2 (its :authority is not checked: use TLS, or --allow-ip for the address)", netip.Addr{}},
+		{"h2 prior knowledge", []byte(inspect.H2Preface), "cleartext HTTP/2 (its :authority is not checked: use TLS, or --allow-ip for the address)", netip.Addr{}},
 	} {
 		port++
 		to := api

@@ -17,6 +17,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
+	"github.com/claude-sandbox/claude-sandbox/userstack/sniff"
 )
 
 // Floods from the sandbox that make the stack's own resolver (names.go,
@@ -376,7 +378,7 @@ func TestNamesPeekOneByteSegmentsIsLinear(t *testing.T) {
 	hostGotNothing(t, h, h.zone.next(t))
 }
 
-// clientHelloLeast never passes the point where a ClientHello completes,
+// inspect.ClientHelloLeast never passes the point where a ClientHello completes,
 // however it is cut into records: a look it saves could never have
 // decided.
 func TestClientHelloLeastIsALowerBound(t *testing.T) {
@@ -392,10 +394,10 @@ func TestClientHelloLeastIsALowerBound(t *testing.T) {
 		}
 		done := -1
 		for k := 0; k <= len(b); k++ {
-			if _, res := sniffTLS(b[:k]); res == sniffFound {
+			if _, res := sniff.ClientHello(b[:k]); res == sniff.Found {
 				done = k
 				break
-			} else if res != sniffNeedMore {
+			} else if res != sniff.NeedMore {
 				t.Fatalf("records of %d: %v at %d", size, res, k)
 			}
 		}
@@ -403,7 +405,7 @@ func TestClientHelloLeastIsALowerBound(t *testing.T) {
 			t.Fatalf("records of %d: never complete", size)
 		}
 		for j := 0; j < done; j++ {
-			if least := clientHelloLeast(b[:j]); least > done {
+			if least := inspect.ClientHelloLeast(b[:j]); least > done {
 				t.Fatalf("records of %d: at %d bytes, no look before %d; the ClientHello completes at %d", size, j, least, done)
 			}
 		}

@@ -64,8 +64,7 @@ var peekWaitMax = 10 * time.Second
 // flow it acts on.
 type peekState struct {
 	f       *tcpFlow
-	in      inspect.Peek
-	name    string
+	in      inspect.Peek // its name: in.Name()
 	timer   loopTimer
 	armed   bool
 	started time.Time
@@ -99,7 +98,7 @@ func (p *peekState) act(d inspect.Decision, watch bool) {
 		p.refuse(d.Rule)
 	case inspect.Allow:
 		if watch {
-			p.f.startWatch(p.name)
+			p.f.startWatch(p.in.Name())
 		}
 		p.decide()
 	}
@@ -132,7 +131,7 @@ func (p *peekState) arm(d time.Duration) {
 // newPeek is the first-bytes state of a new flow to name (before it is
 // filed: no lock).
 func newPeek(f *tcpFlow, name string) *peekState {
-	p := &peekState{f: f, in: inspect.NewPeek(name, peekWaitMax), name: name}
+	p := &peekState{f: f, in: inspect.NewPeek(name, peekWaitMax)}
 	p.timer = newLoopTimer(p)
 	return p
 }
@@ -246,13 +245,8 @@ func (p *peekState) refuse(rule string) {
 	f := p.f
 	p.done = true
 	p.stop()
-	f.st.blockName(netpolicy.ProtoTCP, f.key.dst, p.name, rule)
-	f.st.memGive(f.pendLen)
-	f.pend, f.pendLen = nil, 0
-	f.flags &^= pendWaiting
-	f.sendReset()
-	f.flags |= resetHost
-	f.state = tcpClosed
+	f.st.blockName(netpolicy.ProtoTCP, f.key.dst, p.in.Name(), rule)
+	f.refuseFirstBytes()
 }
 
 // decide ends the peek: the flow is allowed, and what the sandbox sent

@@ -51,11 +51,7 @@ func (f *tcpFlow) watchData(data [][]byte, skip, take int) bool {
 	if d := w.Segment(cutSlices(small[:0], data, skip, add)...); d.Verdict == inspect.Refuse {
 		f.st.blockName(netpolicy.ProtoTCP, f.key.dst, w.Name(), d.Rule)
 		f.endWatch()
-		f.st.memGive(f.pendLen)
-		f.pend, f.pendLen = nil, 0
-		f.sendReset()
-		f.flags |= resetHost
-		f.state = tcpClosed
+		f.refuseFirstBytes()
 		return false
 	}
 	return true

@@ -17,12 +17,8 @@ import (
 // Connections into the sandbox (Config.Inbound, --publish): gVisor's own
 // TCP and UDP endpoints on a gateway address, dialed by package
 // userstack/inbound (its doc says how their replies find them and how
-// their buffers are bounded). Each TCP connection holds publishConnCost
+// their buffers are bounded). Each TCP connection holds inbound.ConnCost
 // of the relay's memory budget (mem.go) until it is closed.
-
-// publishConnCost is what a connection into the sandbox holds of the
-// relay's memory budget.
-const publishConnCost = inbound.ConnCost
 
 // ErrInboundMemory is DialSandbox's error when the relay's memory budget
 // cannot hold another connection into the sandbox.
@@ -52,7 +48,7 @@ func (st *Stack) isGateway(a netip.Addr) bool {
 // DialSandbox opens a connection from the gateway of dst's family to dst
 // (the sandbox's address and a port it listens on): a TCP stream, or a
 // connected UDP socket whose datagrams are the sandbox's. It needs
-// Config.Inbound. A TCP connection holds publishConnCost of the relay's
+// Config.Inbound. A TCP connection holds inbound.ConnCost of the relay's
 // memory budget until it is closed; when the budget cannot hold it, the
 // dial fails at once (ErrInboundMemory).
 func (st *Stack) DialSandbox(ctx context.Context, proto netpolicy.Proto, dst netip.AddrPort) (net.Conn, error) {

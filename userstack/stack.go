@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"net"
 	"net/netip"
 	"sync"
@@ -23,7 +22,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/blocklog"
 )
 
 // Dialer opens host-side connections, for an embedder that needs its own
@@ -252,9 +253,9 @@ type Stack struct {
 	memSpare     []*tcpFlow   // under mu: memWaiters' other buffer
 	tcpLive      atomic.Int32 // len(tcp), for the flows' shares
 
-	heldUDP   atomic.Int32 // datagrams held for the IPv6 gate (ready6.go)
-	names     *names       // the domain allowlist, nil when off (names.go)
-	blocks    *blockQueue  // records on their way to OnBlock and OnEvict (blocklog.go)
+	heldUDP   atomic.Int32  // datagrams held for the IPv6 gate (ready6.go)
+	names     *names        // the domain allowlist, nil when off (names.go)
+	blocks    *blocklog.Log // records on their way to OnBlock and OnEvict (blocklog.go)
 	evictions atomic.Uint64
 	udpPeers  atomic.Int64 // the peers all UDP mappings remember (udp.go)
 }
@@ -332,7 +333,7 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		pings: make(chan struct{}, maxPings),
 
 		memBudget: int64(cfg.MaxRelayMemory),
-		blocks:    newBlockQueue(),
+		blocks:    blocklog.New(),
 	}
 	if cfg.Names != nil {
 		n, err := newNames(st, *cfg.Names)

@@ -446,6 +446,27 @@ func trimFront(parts [][]byte, n int) [][]byte {
 	return parts
 }
 
+// dropPend lets go of what the sandbox sent that the host socket never
+// took: its memory goes back to the budget, and it leaves the bytes
+// counted up (FlowEnd.Up is what was written to the host).
+func (f *tcpFlow) dropPend() {
+	f.st.memGive(f.pendLen)
+	f.up -= uint64(f.pendLen)
+	f.pend, f.pendLen = nil, 0
+	f.flags &^= pendWaiting
+}
+
+// refuseFirstBytes ends a flow to a name whose first bytes the stack
+// refused (peek.go, peekwatch.go; the block is recorded by the caller):
+// nothing held for the host is written, and both sides are reset.
+func (f *tcpFlow) refuseFirstBytes() {
+	f.dropPend()
+	f.sendReset()
+	f.flags |= resetHost
+	f.endHow = "refused"
+	f.state = tcpClosed
+}
+
 // flush writes pend to the host socket as far as it has room, and once
 // all is written passes on a FIN and reopens the window it had narrowed.
 func (f *tcpFlow) flush() {
@@ -462,10 +483,7 @@ func (f *tcpFlow) flush() {
 		f.st.memGive(n)
 		f.pend = trimFront(f.pend, n)
 	}
-	f.st.memGive(f.pendLen) // what a failed host socket will never take
-	f.up -= uint64(f.pendLen)
-	f.pend, f.pendLen = nil, 0
-	f.flags &^= pendWaiting
+	f.dropPend() // what a failed host socket will never take
 	if f.state != tcpClosed {
 		f.shutHost()
 		// The window reopens: say so if it had closed below half.

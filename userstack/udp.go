@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"net"
 	"net/netip"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
@@ -543,7 +543,7 @@ func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struc
 			case ask.Refuse:
 				return nil, target, nil, false
 			}
-			rule = "approved (ask mode)"
+			rule = "ask: approved once"
 		}
 		if gate := st.ipv6Gate(key.dst.Addr()); gate != nil {
 			return nil, target, gate, true

@@ -260,14 +260,13 @@ type decided struct {
 type entry struct {
 	// done is closed when an ssh-sign request is decided; v is then
 	// the decision (Pass: approved).
-	done  chan struct{}
-	v     Verdict
-	why   error
-	req   Request
-	key   destKey
-	held  map[netip.AddrPort]func()
-	stop  func() bool
-	extra int // flows held beyond maxHeldPerRequest
+	done chan struct{}
+	v    Verdict
+	why  error
+	req  Request
+	key  destKey
+	held map[netip.AddrPort]func()
+	stop func() bool
 }
 
 // Broker holds and decides a sandbox's requests. Safe for concurrent use.
@@ -357,8 +356,6 @@ func (b *Broker) Ask(f Flow) Verdict {
 			if len(e.held) < maxHeldPerRequest {
 				e.held[f.Src] = f.Retry
 				kept = true
-			} else {
-				e.extra++
 			}
 			e.req.Held++
 		}

@@ -123,22 +123,23 @@ func Check(b []byte, name string, fin bool) Decision {
 		switch {
 		case got == "":
 			return refuse("no sni")
-		case canon(got) == name && isASCII(got):
+		case Canon(got) == name && isASCII(got):
 			// ASCII only: strings.ToLower folds the Kelvin sign (U+212A)
 			// to "k", and a name with it is another name to a server.
 		case kind == "HTTP":
-			return refuse("http host mismatch: " + canon(got))
+			return refuse("http host mismatch: " + Canon(got))
 		case !isASCII(got):
 			return refuse("sni mismatch: " + strconv.QuoteToASCII(got))
 		default:
-			return refuse("sni mismatch: " + canon(got))
+			return refuse("sni mismatch: " + Canon(got))
 		}
 	}
 	return Decision{Verdict: Allow}
 }
 
-// canon is a name as the allowlist keeps it.
-func canon(s string) string { return strings.ToLower(strings.TrimSuffix(s, ".")) }
+// Canon is a name in the form the allowlist keeps and decides it in:
+// lower case, no trailing dot. The stack's name table uses it too.
+func Canon(s string) string { return strings.ToLower(strings.TrimSuffix(s, ".")) }
 
 func isASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
