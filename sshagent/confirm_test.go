@@ -1,6 +1,7 @@
 package sshagent
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -242,12 +243,22 @@ func TestConfirmClient(t *testing.T) {
 // and split: the OSC 52 sequence came back as it was.
 func TestClientArgvEscaped(t *testing.T) {
 	evil := "\x1b]52;c;ZXZpbA==\x07git"
-	cmd := exec.Command("/bin/sleep", "1000", strings.Repeat("A", 100000))
+	// A shell that stays (sleep then exit: not exec'd in its place), with
+	// a long third argument; sleep itself would refuse such an argument
+	// and exit at once, its command line gone before it is read.
+	cmd := exec.Command("/bin/sh", "-c", "sleep 1000; exit 0 #"+strings.Repeat("A", 100000))
 	cmd.Args[0] = evil
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// Start returns before the child's exec has put its argv in place
+	// (an empty cmdline meanwhile): wait for it, bounded.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/cmdline"); bytes.HasPrefix(b, []byte(evil)) {
+			break
+		}
+	}
 	c := procClient(cmd.Process.Pid)
 	if c == nil || c.PID != cmd.Process.Pid || len(c.Argv) != 3 {
 		t.Fatalf("procClient = %+v", c)
