@@ -1,15 +1,13 @@
 package userstack
 
 import (
-	"encoding/binary"
-	"errors"
 	"net/netip"
 	"slices"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/claude-sandbox/claude-sandbox/internal/flowowner"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
@@ -91,63 +89,29 @@ func hostLoopback(proto netpolicy.Proto, port uint16) netip.Addr {
 
 // loopbackListener reports whether a socket of family listens on port
 // of the loopback or the wildcard address (TCP: LISTEN; UDP: bound and
-// unconnected).
+// unconnected), from a dump of the kernel's socket diagnostics in the
+// launcher's network namespace (flowowner's request and decoder).
 func loopbackListener(family int, proto netpolicy.Proto, port uint16) (bool, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	fd, err := flowowner.OpenDiag()
 	if err != nil {
 		return false, err
 	}
-	defer unix.Close(fd)
+	d := flowowner.NewDiag(fd)
+	defer d.Close()
 	ipProto, states := uint8(unix.IPPROTO_TCP), uint32(1)<<10 // TCP_LISTEN
 	if proto == netpolicy.ProtoUDP {
 		ipProto, states = unix.IPPROTO_UDP, 1<<7 // TCP_CLOSE: unconnected
 	}
-	// nlmsghdr (16 bytes) + inet_diag_req_v2 (8 bytes + a 48-byte
-	// inet_diag_sockid, left zero: a dump filters by state only).
-	req := make([]byte, 16+56)
-	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
-	binary.NativeEndian.PutUint16(req[4:], unix.SOCK_DIAG_BY_FAMILY)
-	binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	req[16], req[17] = uint8(family), ipProto
-	binary.NativeEndian.PutUint32(req[20:], states)
-	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	socks, err := d.Dump(uint8(family), ipProto, states)
+	if err != nil {
 		return false, err
 	}
-	buf := make([]byte, 32<<10)
-	found := false
-	for {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
-		if err != nil {
-			return false, err
-		}
-		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-		if err != nil {
-			return false, err
-		}
-		for _, m := range msgs {
-			switch m.Header.Type {
-			case unix.NLMSG_DONE:
-				return found, nil
-			case unix.NLMSG_ERROR:
-				return false, errors.New("sock_diag refused the dump")
-			}
-			// inet_diag_msg: family, state, timer, retrans, then the
-			// sockid: sport (big-endian) at 4, the source address at 8.
-			d := m.Data
-			if len(d) < 24 || binary.BigEndian.Uint16(d[4:]) != port {
-				continue
-			}
-			var a netip.Addr
-			if family == unix.AF_INET {
-				a = netip.AddrFrom4([4]byte(d[8:12]))
-			} else if len(d) >= 24 {
-				a = netip.AddrFrom16([16]byte(d[8:24])).Unmap()
-			}
-			if a.IsLoopback() || a.IsUnspecified() {
-				found = true
-			}
+	for _, s := range socks {
+		if a := s.Local.Addr(); s.Local.Port() == port && (a.IsLoopback() || a.IsUnspecified()) {
+			return true, nil
 		}
 	}
+	return false, nil
 }
 
 // HostPorts returns the host loopback ports the sandbox reaches now.

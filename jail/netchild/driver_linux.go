@@ -24,8 +24,7 @@ import (
 	"fmt"
 	"os"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/claude-sandbox/claude-sandbox/internal/flowowner"
 	"github.com/claude-sandbox/claude-sandbox/nsexec"
 	"github.com/claude-sandbox/claude-sandbox/routes"
 )
@@ -136,7 +135,7 @@ func (netChild) Setup(data []byte, warn func(string)) (files []*os.File, reply [
 		return files, nil, fmt.Errorf("egress jail: open the jail's netlink sockets: %w", err)
 	}
 	files = append(files, socks.Route, socks.Netfilter)
-	diag, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	diag, err := flowowner.OpenDiag()
 	if err != nil {
 		return files, nil, fmt.Errorf("egress jail: open the jail's socket diagnostics: %w", err)
 	}
