@@ -179,7 +179,7 @@ func TestApprovalsShadow(t *testing.T) {
 		must(t, os.Chown(ws, uid, uid))
 		state := filepath.Join(home, ".local", "state")
 		s := approvals.Store{Dir: filepath.Join(state, "claude-sandbox", "approvals")}
-		if _, err := s.Add(ws, approvals.Entry{Kind: approvals.IP, Value: labDevice}); err != nil {
+		if _, _, err := s.Add(ws, approvals.Entry{Kind: approvals.IP, Value: labDevice}); err != nil {
 			t.Fatal(err)
 		}
 		must(t, filepath.Walk(filepath.Join(home, ".local"), func(p string, _ os.FileInfo, err error) error {

@@ -20,7 +20,7 @@ func TestApprovalsCommand(t *testing.T) {
 		t.Fatalf("empty: %d %q", code, out)
 	}
 	for _, e := range []approvals.Entry{{Kind: approvals.Domain, Value: "pypi.org"}, {Kind: approvals.IP, Value: "10.1.2.3"}} {
-		if _, err := approvals.Add(ws, e); err != nil {
+		if _, _, err := approvals.Add(ws, e); err != nil {
 			t.Fatal(err)
 		}
 	}

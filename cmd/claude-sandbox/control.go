@@ -173,10 +173,7 @@ func storeAlways(sock, id string, ips, domains, hostPorts []string, stdout, stde
 	}
 	code := 0
 	for _, e := range entries {
-		e, err := approvals.Validate(e)
-		if err == nil {
-			_, err = approvals.Add(ws, e)
-		}
+		e, _, err := approvals.Add(ws, e)
 		if err != nil {
 			fmt.Fprintf(stderr, "claude-sandbox allow: --always: %v\n", err)
 			code = 1

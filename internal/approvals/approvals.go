@@ -312,11 +312,13 @@ func (s Store) update(workspace string, change func(*file) error) error {
 	return nil
 }
 
-// Add stores e for workspace; it reports false when it was there already.
-func (s Store) Add(workspace string, e Entry) (bool, error) {
+// Add validates e and stores it for workspace; it returns e as stored
+// (its value in Validate's canonical form) and reports false when it was
+// there already.
+func (s Store) Add(workspace string, e Entry) (Entry, bool, error) {
 	e, err := Validate(e)
 	if err != nil {
-		return false, err
+		return e, false, err
 	}
 	if e.Added.IsZero() {
 		e.Added = time.Now().UTC().Truncate(time.Second)
@@ -335,7 +337,7 @@ func (s Store) Add(workspace string, e Entry) (bool, error) {
 		added = true
 		return nil
 	})
-	return added, err
+	return e, added, err
 }
 
 // Remove removes from workspace's entries the one named by which: its
@@ -372,11 +374,11 @@ func (s Store) Remove(workspace, which string) (Entry, error) {
 
 // Add stores e for workspace in the default store (DefaultDir): what
 // claude-sandbox allow --always and the ask mode's approve --always call.
-// It reports false when e was stored already.
-func Add(workspace string, e Entry) (bool, error) {
+// It returns e as stored, and false when it was stored already.
+func Add(workspace string, e Entry) (Entry, bool, error) {
 	s, err := Default()
 	if err != nil {
-		return false, err
+		return e, false, err
 	}
 	return s.Add(workspace, e)
 }

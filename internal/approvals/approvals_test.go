@@ -27,7 +27,7 @@ func TestAddListRemove(t *testing.T) {
 		t.Fatalf("empty store: %v %v", l, err)
 	}
 	for _, e := range []Entry{{Kind: Domain, Value: "pypi.org"}, {Kind: IP, Value: "192.168.1.50"}, {Kind: HostPort, Value: "5432"}, {Kind: Domain, Value: "pypi.org"}} {
-		if _, err := s.Add(ws, e); err != nil {
+		if _, _, err := s.Add(ws, e); err != nil {
 			t.Fatalf("Add %v: %v", e, err)
 		}
 	}
@@ -64,10 +64,10 @@ func TestAddListRemove(t *testing.T) {
 	if l, _ := s.List(ws); len(l) != 1 || l[0].Kind != HostPort {
 		t.Errorf("after removes: %v", l)
 	}
-	if _, err := s.Add(ws, Entry{Kind: "file", Value: "/etc"}); err == nil {
+	if _, _, err := s.Add(ws, Entry{Kind: "file", Value: "/etc"}); err == nil {
 		t.Error("an unknown kind was stored")
 	}
-	if _, err := s.Add(ws, Entry{Kind: Domain, Value: "bad domain!"}); err == nil {
+	if _, _, err := s.Add(ws, Entry{Kind: Domain, Value: "bad domain!"}); err == nil {
 		t.Error("a bad domain was stored")
 	}
 }
@@ -79,7 +79,7 @@ func TestAddListRemove(t *testing.T) {
 // FIFO blocks, a huge file is read whole, a bad entry is applied).
 func TestHostileStore(t *testing.T) {
 	s, ws := newStore(t)
-	if _, err := s.Add(ws, Entry{Kind: Domain, Value: "pypi.org"}); err != nil {
+	if _, _, err := s.Add(ws, Entry{Kind: Domain, Value: "pypi.org"}); err != nil {
 		t.Fatal(err)
 	}
 	canon, _ := Canonical(ws)
@@ -130,7 +130,7 @@ func TestHostileStore(t *testing.T) {
 			if strings.Contains(err.Error(), "<nil>") {
 				t.Errorf("the error does not say what is wrong: %v", err)
 			}
-			if _, err := s.Add(ws, Entry{Kind: Domain, Value: "example.org"}); err == nil {
+			if _, _, err := s.Add(ws, Entry{Kind: Domain, Value: "example.org"}); err == nil {
 				t.Errorf("Add over a refused store succeeded")
 			}
 		})
@@ -156,7 +156,7 @@ func TestHostileStore(t *testing.T) {
 func TestHostileStoreOwner(t *testing.T) {
 	testutil.NeedsRoot(t)
 	s, ws := newStore(t)
-	if _, err := s.Add(ws, Entry{Kind: Domain, Value: "pypi.org"}); err != nil {
+	if _, _, err := s.Add(ws, Entry{Kind: Domain, Value: "pypi.org"}); err != nil {
 		t.Fatal(err)
 	}
 	canon, _ := Canonical(ws)
@@ -168,7 +168,7 @@ func TestHostileStoreOwner(t *testing.T) {
 	if err == nil || len(l) != 0 || !strings.Contains(err.Error(), "owned by uid 65534") || !strings.Contains(err.Error(), "remove the file") {
 		t.Errorf("a store file of another user's: List %v, %v: want refused, naming the owner and the fix", l, err)
 	}
-	if _, err := s.Add(ws, Entry{Kind: Domain, Value: "example.org"}); err == nil {
+	if _, _, err := s.Add(ws, Entry{Kind: Domain, Value: "example.org"}); err == nil {
 		t.Errorf("Add over another user's store file succeeded")
 	}
 	if err := os.Chown(path, 0, 0); err != nil {
@@ -186,7 +186,7 @@ func TestHostileStoreOwner(t *testing.T) {
 	if l, err := s.List(ws); err == nil || len(l) != 0 {
 		t.Errorf("a store directory that is a link: List %v, %v: want refused", l, err)
 	}
-	if _, err := s.Add(ws, Entry{Kind: Domain, Value: "example.org"}); err == nil {
+	if _, _, err := s.Add(ws, Entry{Kind: Domain, Value: "example.org"}); err == nil {
 		t.Errorf("Add through a linked store directory succeeded")
 	}
 }
