@@ -161,8 +161,19 @@ func (j *Jail) onceRevoke(a netip.Addr, all bool) {
 	}
 }
 
-// sinkAsk asks about a TCP SYN the sink would refuse; true: held or
-// passed on (the sink sends nothing).
+// maxSinkHeld bounds the bytes of the SYN copies the sink keeps for the
+// ask mode's re-delivery, across the jail. The broker keeps at most
+// DefaultMaxPending requests of 32 held flows each, but a SYN may carry
+// data (TCP Fast Open) up to the sink's MTU: 2,048 of them would be
+// 128 MiB of the launcher's memory. A SYN the budget cannot take is
+// still asked about and held, without a copy: the sandbox's own
+// retransmission meets the decision.
+const maxSinkHeld = 1 << 20
+
+// sinkAsk asks about a packet the sink would refuse; true: held or
+// passed on (the sink sends nothing). A TCP SYN is copied for its
+// re-delivery once approved (within maxSinkHeld); a datagram never is
+// (it is dropped: the next one takes the new route).
 func (j *Jail) sinkAsk(s *sink, proto netpolicy.Proto, pkt []byte, src, dst netip.AddrPort) bool {
 	if j.ask == nil {
 		return false
@@ -170,21 +181,27 @@ func (j *Jail) sinkAsk(s *sink, proto netpolicy.Proto, pkt []byte, src, dst neti
 	if _, err := netpolicy.ParseAllow(dst.Addr().String()); err != nil {
 		return false // never allowed (loopback): never asked
 	}
-	cp := slices.Clone(pkt)
 	f := ask.Flow{Proto: proto, Dst: dst, Src: src}
-	if proto == netpolicy.ProtoTCP {
+	var cp []byte
+	if proto == netpolicy.ProtoTCP && j.sinkHeld.Add(int64(len(pkt))) <= maxSinkHeld {
+		cp = slices.Clone(pkt)
+		var once sync.Once
+		f.Drop = func() { once.Do(func() { j.sinkHeld.Add(-int64(len(cp))) }) }
 		f.Retry = func() {
+			f.Drop()
 			g := f
-			g.Retry = nil
+			g.Retry, g.Drop = nil, nil
 			j.sinkDecided(s, j.ask.Ask(g), cp, dst.Addr())
 		}
+	} else if proto == netpolicy.ProtoTCP {
+		j.sinkHeld.Add(-int64(len(pkt)))
 	}
 	switch j.ask.Ask(f) {
 	case ask.Hold:
 		return true
 	case ask.Pass:
 		if proto == netpolicy.ProtoTCP {
-			j.sinkDecided(s, ask.Pass, cp, dst.Addr())
+			j.sinkDecided(s, ask.Pass, pkt, dst.Addr())
 		}
 		// A datagram: dropped, the next one takes the new route.
 		return true

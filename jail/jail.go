@@ -130,6 +130,9 @@ type Jail struct {
 	// The ask mode (ask.go): nil when off.
 	ask   *ask.Broker
 	once1 onceState
+	// sinkHeld: bytes of the SYN copies the sink keeps for the ask mode
+	// (maxSinkHeld).
+	sinkHeld atomic.Int64
 }
 
 // New returns a Jail for setup; nothing runs until Attach.
