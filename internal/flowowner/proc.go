@@ -2,6 +2,7 @@ package flowowner
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -20,12 +21,18 @@ type Owner struct {
 
 // Bounds of what is read from /proc.
 const (
-	maxCmdline  = 4096 // bytes of /proc/PID/cmdline read
-	maxArgs     = 64   // arguments kept
-	maxArg      = 512  // bytes of one argument kept (before escaping)
-	maxPath     = 4096 // bytes of the working directory
-	maxPIDs     = 8192 // processes looked at
-	maxReadlink = 1 << 17
+	maxCmdline = 4096 // bytes of /proc/PID/cmdline read
+	maxArgs    = 64   // arguments kept
+	maxArg     = 512  // bytes of one argument kept (before escaping)
+	maxPath    = 4096 // bytes of the working directory
+)
+
+// Bounds of one scan, variables so that tests can lower them (a sandbox
+// may hold this many processes and descriptors; the tests build a /proc
+// of their own).
+var (
+	maxPIDs     = 8192    // processes looked at
+	maxReadlink = 1 << 17 // links read (and directory entries listed)
 )
 
 // Escape renders s for a terminal or a log: printable UTF-8 as it is; a
@@ -147,7 +154,8 @@ func Describe(procFD, pid int) Owner {
 	return o
 }
 
-// listPIDs returns the numeric entries of procFD, at most maxPIDs.
+// listPIDs returns the numeric entries of procFD, at most maxPIDs, in
+// increasing order.
 func listPIDs(procFD int) ([]int, error) {
 	names, err := readDir(procFD, ".")
 	if err != nil {
@@ -157,12 +165,12 @@ func listPIDs(procFD int) ([]int, error) {
 	for _, n := range names {
 		if pid, err := strconv.Atoi(n); err == nil && pid > 0 && n[0] != '0' && n[0] != '+' {
 			pids = append(pids, pid)
-			if len(pids) == maxPIDs {
-				break
-			}
 		}
 	}
-	return pids, nil
+	// The lowest pids first (a /proc lists them so; the order is the
+	// scan's, and which ones the bound leaves out).
+	slices.Sort(pids)
+	return pids[:min(len(pids), maxPIDs)], nil
 }
 
 // holds reports whether pid has an fd that is the socket want
