@@ -36,7 +36,7 @@
 #
 # /dev/net/tun: the script passes a node of its own (mode 0666, under the
 # scratch directory) with --device, as most distributions ship the host's;
-# the host's node is left as it is.
+# the host's node is left as it is, and the script's is removed on exit.
 #
 # Not part of scripts/test.sh (minutes: debootstrap, two runtimes). Prints
 # one PASS/FAIL/INFO line a check and a summary; exits 1 when a check
@@ -104,6 +104,10 @@ cleanup() {
     [ -f "/run/$puser/libpod/tmp/pause.pid" ] && kill "$(cat "/run/$puser/libpod/tmp/pause.pid")" 2>/dev/null
   fi
   docker rmi -f "$image" >/dev/null 2>&1
+  # The world-usable TUN node lives only while the containers do: left
+  # behind, it would open TUN to every local user of the machine, whatever
+  # mode the host gives /dev/net/tun.
+  rm -f "$scratch/tun"
   lab_down
   if [ -n "$started_dockerd" ]; then
     kill "$started_dockerd" 2>/dev/null
