@@ -44,6 +44,7 @@ func (n *Netlink) InstallFilter(f *Filter) error { return InstallFilter(f) }
 // below, holds no such socket.
 type Conn struct {
 	mu    sync.Mutex
+	rb    []byte // the rtnetlink socket's receive buffer
 	rt    *os.File
 	nf    *os.File
 	links map[string]uint32
@@ -84,7 +85,7 @@ func OpenSockets(links ...string) (Sockets, error) {
 
 // NewConn returns a Conn over s; it owns s's descriptors from now on.
 func NewConn(s Sockets) *Conn {
-	return &Conn{rt: s.Route, nf: s.Netfilter, links: s.Links}
+	return &Conn{rb: make([]byte, rtnlBufSize), rt: s.Route, nf: s.Netfilter, links: s.Links}
 }
 
 // Close closes the sockets; a call under way fails.
@@ -159,7 +160,7 @@ func (c *Conn) route(typ uint16, flags uint16, op Op) error {
 		if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 			return err
 		}
-		return awaitAck(fd, c.seq)
+		return awaitAck(fd, c.rb, c.seq)
 	})
 }
 
@@ -252,11 +253,12 @@ func openNetlinkSocket(proto int, sockWhat, bindWhat string) (int, error) {
 	return fd, nil
 }
 
-// awaitAck waits for the kernel's answer to message seq on fd.
-func awaitAck(fd int, seq uint32) error {
+// awaitAck waits for the kernel's answer to message seq on fd, reading
+// into rb.
+func awaitAck(fd int, rb []byte, seq uint32) error {
 	var got error
 	done := false
-	if err := awaitAcks(fd, func(s uint32, e error) {
+	if err := awaitAcks(fd, rb, func(s uint32, e error) {
 		if s == seq {
 			got, done = e, true
 		}
@@ -268,9 +270,8 @@ func awaitAck(fd int, seq uint32) error {
 
 // awaitAcks reads the kernel's answers on fd, telling each (its sequence
 // number and error, nil for success) to answer, until done; it fails only
-// when the socket does (or on a malformed answer).
-func awaitAcks(fd int, answer func(seq uint32, err error), done func() bool) error {
-	rb := make([]byte, 1<<13)
+// when the socket does (or on a malformed answer). It reads into rb.
+func awaitAcks(fd int, rb []byte, answer func(seq uint32, err error), done func() bool) error {
 	for !done() {
 		n, _, err := unix.Recvfrom(fd, rb, 0)
 		if err == unix.EINTR {

@@ -120,9 +120,12 @@ func sendBatch(fd int, seq *uint32, msgs []nfMsg) error {
 
 // drain discards what is queued on the netlink socket fd.
 func drain(fd int) {
-	b := make([]byte, 1<<16)
+	// A read shorter than a datagram still takes all of it off the
+	// socket. (A 64 KiB buffer here lived on the stack: the first call
+	// of a goroutine grew its stack to 128 KiB, issue 33.)
+	var b [16]byte
 	for {
-		if _, _, err := unix.Recvfrom(fd, b, unix.MSG_DONTWAIT); err != nil && err != unix.EINTR {
+		if _, _, err := unix.Recvfrom(fd, b[:], unix.MSG_DONTWAIT|unix.MSG_TRUNC); err != nil && err != unix.EINTR {
 			return
 		}
 	}
