@@ -58,33 +58,39 @@ func (n *Netlink) ExecRoutes(ops []Op) []error {
 		idx, err := n.link(name)
 		return idx, err == nil
 	}
-	var buf []byte
-	pending := map[uint32]int{}
+	// Message n.seq+1+k is ops[sent[k]]; answered counts the acks.
+	buf := make([]byte, 0, len(ops)*routeMsgMax)
+	sent := make([]int, 0, len(ops))
+	first := n.seq + 1
 	for i, op := range ops {
-		msg, err := routeMsg(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, op, n.seq+1, link)
-		if err != nil {
+		var err error
+		if buf, err = appendRouteMsg(buf, unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, op, n.seq+1, link); err != nil {
 			errs[i] = err
 			continue
 		}
 		n.seq++
-		pending[n.seq] = i
-		buf = append(buf, msg...)
+		sent = append(sent, i)
 	}
-	if len(pending) == 0 {
+	if len(sent) == 0 {
 		return errs
 	}
 	drain(n.rt)
 	if err := unix.Sendto(n.rt, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fail(err)
 	}
+	answered := make([]bool, len(sent))
+	left := len(sent)
 	err := awaitAcks(n.rt, n.rb, func(seq uint32, e error) {
-		if i, ok := pending[seq]; ok {
-			errs[i] = e
-			delete(pending, seq)
+		if k := seq - first; seq >= first && k < uint32(len(sent)) && !answered[k] {
+			answered[k] = true
+			errs[sent[k]] = e
+			left--
 		}
-	}, func() bool { return len(pending) == 0 })
-	for _, i := range pending {
-		errs[i] = err // unanswered
+	}, func() bool { return left == 0 })
+	for k, i := range sent {
+		if !answered[k] {
+			errs[i] = err // unanswered
+		}
 	}
 	return errs
 }
