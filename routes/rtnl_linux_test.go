@@ -185,3 +185,96 @@ func FuzzParseRouteDump(f *testing.F) {
 		}
 	})
 }
+
+// dumpPeers serves canned dumps to dumpRoutes: each socket it opens is
+// one end of a datagram socket pair whose other end (kept in peers)
+// holds the next dump's datagrams, and then the request.
+type dumpPeers struct {
+	t     *testing.T
+	dumps [][][]byte
+	peers []int
+}
+
+func (d *dumpPeers) opener() (int, error) {
+	if len(d.peers) >= len(d.dumps) {
+		d.t.Errorf("socket %d opened; %d dumps served", len(d.peers)+1, len(d.dumps))
+		return -1, unix.EMFILE
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	d.t.Cleanup(func() { unix.Close(fds[1]) })
+	for _, dg := range d.dumps[len(d.peers)] {
+		if _, err := unix.Write(fds[1], dg); err != nil {
+			return -1, err
+		}
+	}
+	d.peers = append(d.peers, fds[1])
+	return fds[0], nil
+}
+
+// dumpRoutes starts the dump over on a fresh socket after a dump the
+// kernel marked interrupted or a datagram longer than its buffer (with
+// a buffer that fits it), and gives up after four tries; a refusal by
+// the kernel is not retried. Each request asks for every route of every
+// family and table.
+func TestDumpRoutesRetries(t *testing.T) {
+	main := uint8(unix.RT_TABLE_MAIN)
+	route := func(flags uint16, dst string) []byte {
+		return nlm(unix.RTM_NEWROUTE, flags|unix.NLM_F_MULTI, 1, rtm(unix.AF_INET, 24, main, 0, 0, unix.RTN_UNICAST, 0), ad(unix.RTA_DST, dst))
+	}
+	done := nlm(unix.NLMSG_DONE, unix.NLM_F_MULTI, 1, make([]byte, 4))
+	intr := [][]byte{route(0, "198.51.100.0"), route(unix.NLM_F_DUMP_INTR, "203.0.113.0"), done}
+	good := [][]byte{cat(route(0, "198.51.100.0"), route(0, "192.0.2.0")), done}
+	long := [][]byte{cat(route(0, "198.51.100.0"), route(0, "192.0.2.0"), make([]byte, 200)), done}
+	refused := [][]byte{nlm(unix.NLMSG_ERROR, 0, 1, binary.NativeEndian.AppendUint32(nil, uint32(0xffffffff-uint32(unix.EPERM)+1)), make([]byte, 16))}
+	tests := []struct {
+		name  string
+		dumps [][][]byte
+		buf   int
+		want  string
+		err   string
+	}{
+		{"at once", [][][]byte{good}, 128, "198.51.100.0/24 192.0.2.0/24", ""},
+		{"interrupted once", [][][]byte{intr, good}, 128, "198.51.100.0/24 192.0.2.0/24", ""},
+		{"a datagram past the buffer", [][][]byte{long, good}, 32, "198.51.100.0/24 192.0.2.0/24", ""},
+		{"interrupted four times", [][][]byte{intr, intr, intr, intr}, 64, "", "interrupted"},
+		{"refused", [][][]byte{refused}, 64, "", "operation not permitted"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &dumpPeers{t: t, dumps: tt.dumps}
+			rs, err := dumpRoutes(d.opener, tt.buf)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err %v, want %q", err, tt.err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range rs {
+				got = append(got, r.Dst.String())
+			}
+			if strings.Join(got, " ") != tt.want {
+				t.Errorf("routes %v, want %s", got, tt.want)
+			}
+			if len(d.peers) != len(tt.dumps) {
+				t.Errorf("%d sockets opened, want %d", len(d.peers), len(tt.dumps))
+			}
+			for _, fd := range d.peers {
+				// The dump's datagrams were read (or the socket
+				// closed); the request is what is left.
+				req := make([]byte, 256)
+				n, err := unix.Read(fd, req)
+				if err != nil {
+					t.Fatalf("the request: %v", err)
+				}
+				if body := hdr(t, req[:n], unix.RTM_GETROUTE, unix.NLM_F_DUMP, 1); string(body) != string(make([]byte, unix.SizeofRtMsg)) {
+					t.Errorf("request body %x, want an all-zero rtmsg", body)
+				}
+			}
+		})
+	}
+}
