@@ -2,6 +2,7 @@ package routes
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -204,6 +205,38 @@ func TestNetlinkLinkSetupAsIP(t *testing.T) {
 		}
 		if !seen["tun0"] || !seen["blk0"] {
 			t.Errorf("links %v, want tun0 and blk0", seen)
+		}
+	})
+}
+
+// Netlink's link and address requests report the kernel's refusals and
+// their own: a missing link, an invalid address (refused before any
+// message is sent), an address added twice (EEXIST), an MTU the link
+// refuses (EINVAL).
+func TestNetlinkExecErrors(t *testing.T) {
+	withNetlink(t, func(nl *Netlink) {
+		addr := Op{Kind: OpAddrAdd, Link: "tun0", Prefix: netip.MustParsePrefix("192.0.2.2/32")}
+		for _, tt := range []struct {
+			op    Op
+			want  string
+			errno error
+		}{
+			{Op{Kind: OpLinkUp, Link: "nosuch0"}, "nosuch0", unix.ENODEV},
+			{Op{Kind: OpAddrAdd, Link: "tun0"}, "invalid address", nil},
+			{addr, "", nil},
+			{addr, "", unix.EEXIST},
+			{Op{Kind: OpLinkConfig, Link: "tun0", MTU: 10, TxQueueLen: 100}, "mtu", unix.EINVAL},
+			{Op{Kind: OpLinkConfig, Link: "tun0", MTU: DefaultMTU, TxQueueLen: DefaultTxQueueLen}, "", nil},
+		} {
+			err := nl.Exec(tt.op)
+			switch {
+			case tt.want == "" && tt.errno == nil:
+				if err != nil {
+					t.Errorf("%v: %v", tt.op, err)
+				}
+			case err == nil || !strings.Contains(err.Error(), tt.want) || (tt.errno != nil && !errors.Is(err, tt.errno)):
+				t.Errorf("%v: %v, want an error saying %q (%v)", tt.op, err, tt.want, tt.errno)
+			}
 		}
 	})
 }

@@ -109,13 +109,13 @@ func (n *Netlink) link(name string) (uint32, error) {
 	return idx, nil
 }
 
-// request sends msg, numbered n.seq+1, and waits for its ack.
-func (n *Netlink) request(msg func(seq uint32) []byte) error {
+// send sends msg, which must be numbered n.seq+1, and waits for its ack.
+func (n *Netlink) send(msg []byte) error {
 	if n.rt < 0 {
 		return errors.New("netlink socket closed")
 	}
 	n.seq++
-	return request(n.rt, n.rb, msg(n.seq), n.seq)
+	return request(n.rt, n.rb, msg, n.seq)
 }
 
 // Exec performs one operation.
@@ -126,19 +126,19 @@ func (n *Netlink) Exec(op Op) error {
 		if err != nil {
 			return err
 		}
-		return n.request(func(seq uint32) []byte { return linkUpMsg(idx, seq) })
+		return n.send(linkUpMsg(idx, n.seq+1))
 	case OpLinkConfig:
 		idx, err := n.link(op.Link)
 		if err != nil {
 			return err
 		}
-		if err := n.request(func(seq uint32) []byte { return linkConfigMsg(idx, op.MTU, op.TxQueueLen, seq) }); err != nil {
+		if err := n.send(linkConfigMsg(idx, op.MTU, op.TxQueueLen, n.seq+1)); err != nil {
 			return fmt.Errorf("mtu and txqueuelen: %w", err)
 		}
 		// No link-local address means no fe80::/64 route that would be
 		// more specific than the fe80::/10 blackhole. Fails when IPv6 is
 		// off in the namespace, which is then harmless.
-		if err := n.request(func(seq uint32) []byte { return addrGenModeMsg(idx, addrGenModeNone, seq) }); err != nil && !ipv6Off() {
+		if err := n.send(addrGenModeMsg(idx, addrGenModeNone, n.seq+1)); err != nil && !ipv6Off() {
 			return fmt.Errorf("addrgenmode: %w", err)
 		}
 		return nil
@@ -147,16 +147,11 @@ func (n *Netlink) Exec(op Op) error {
 		if err != nil {
 			return err
 		}
-		var merr error
-		err = n.request(func(seq uint32) []byte {
-			var m []byte
-			m, merr = addrMsg(idx, op.Prefix, seq)
-			return m
-		})
-		if merr != nil {
-			return merr
+		msg, err := addrMsg(idx, op.Prefix, n.seq+1)
+		if err != nil {
+			return err
 		}
-		return err
+		return n.send(msg)
 	default:
 		return n.route(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, op)
 	}
@@ -164,9 +159,6 @@ func (n *Netlink) Exec(op Op) error {
 
 // route sends the route message of op (routeMsg) and waits for its ack.
 func (n *Netlink) route(typ, flags uint16, op Op) error {
-	if n.rt < 0 {
-		return errors.New("netlink socket closed")
-	}
 	msg, err := routeMsg(typ, flags, op, n.seq+1, func(name string) (uint32, bool) {
 		idx, err := n.link(name)
 		return idx, err == nil
@@ -174,8 +166,7 @@ func (n *Netlink) route(typ, flags uint16, op Op) error {
 	if err != nil {
 		return err
 	}
-	n.seq++
-	return request(n.rt, n.rb, msg, n.seq)
+	return n.send(msg)
 }
 
 // addrGenModeNone is IN6_ADDR_GEN_MODE_NONE.
