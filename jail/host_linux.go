@@ -12,8 +12,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/claude-sandbox/claude-sandbox/routes"
 )
 
 type netipAddr = netip.Addr
@@ -124,42 +125,40 @@ func HostRoutes() ([]netip.Prefix, error) {
 // its table, destination, type, gateway, interface and metric (and its
 // next hops, for a multipath route).
 func hostRoutes() (routed, viaDefault []netip.Prefix, wideRoutes []string, err error) {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	defer h.Close()
-	all, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	all, err := routes.DumpRoutes()
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	type hop struct {
-		table, link int
-		gw          string
+		table, link uint32
+		gw          netip.Addr
 	}
 	defaults := map[hop]bool{}
-	wide := func(r netlink.Route) bool {
-		if r.Dst == nil {
-			return true
-		}
-		ones, bits := r.Dst.Mask.Size()
-		return (bits == 32 && ones < 8) || (bits == 128 && ones < 16)
+	wide := func(r routes.Route) bool {
+		bits := r.Dst.Bits()
+		return (r.Dst.Addr().Is4() && bits < 8) || (r.Dst.Addr().Is6() && bits < 16)
 	}
 	for _, r := range all {
 		if wide(r) && r.Type == unix.RTN_UNICAST {
-			defaults[hop{r.Table, r.LinkIndex, r.Gw.String()}] = true
+			defaults[hop{r.Table, r.Link, r.Gw}] = true
 		}
+	}
+	via := func(a netip.Addr) string {
+		if !a.IsValid() {
+			return "<nil>"
+		}
+		return a.String()
 	}
 	var out []netip.Prefix
 	for _, r := range all {
 		if wide(r) {
-			dst := "default"
-			if r.Dst != nil {
-				dst = r.Dst.String()
+			dst := r.Dst.String()
+			if r.Dst.Bits() == 0 {
+				dst = "default"
 			}
-			d := fmt.Sprintf("table %d family %d %s type %d via %s dev %d metric %d", r.Table, r.Family, dst, r.Type, r.Gw, r.LinkIndex, r.Priority)
+			d := fmt.Sprintf("table %d family %d %s type %d via %s dev %d metric %d", r.Table, r.Family, dst, r.Type, via(r.Gw), r.Link, r.Priority)
 			for _, nh := range r.MultiPath {
-				d += fmt.Sprintf(" nexthop via %s dev %d weight %d", nh.Gw, nh.LinkIndex, nh.Hops)
+				d += fmt.Sprintf(" nexthop via %s dev %d weight %d", via(nh.Gw), nh.Link, nh.Hops)
 			}
 			wideRoutes = append(wideRoutes, d)
 			continue
@@ -168,16 +167,14 @@ func hostRoutes() (routed, viaDefault []netip.Prefix, wideRoutes []string, err e
 		case unix.RTN_UNREACHABLE, unix.RTN_BLACKHOLE, unix.RTN_PROHIBIT, unix.RTN_THROW:
 			continue
 		}
-		a, ok := netip.AddrFromSlice(r.Dst.IP)
-		if !ok {
+		p := netip.PrefixFrom(r.Dst.Addr().Unmap(), r.Dst.Bits()).Masked()
+		if !p.IsValid() {
 			continue
 		}
-		ones, _ := r.Dst.Mask.Size()
-		p := netip.PrefixFrom(a.Unmap(), ones).Masked()
 		if !slices.Contains(out, p) {
 			out = append(out, p)
 		}
-		if r.Gw != nil && defaults[hop{r.Table, r.LinkIndex, r.Gw.String()}] && !slices.Contains(viaDefault, p) {
+		if r.Gw.IsValid() && defaults[hop{r.Table, r.Link, r.Gw}] && !slices.Contains(viaDefault, p) {
 			viaDefault = append(viaDefault, p)
 		}
 	}

@@ -3,19 +3,19 @@ package routes
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"syscall"
 	"testing"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
 // oneByOne hides Netlink's ExecRoutes: Apply then adds each route with
-// its own request, through the netlink library.
+// its own request.
 type oneByOne struct{ *Netlink }
 
 func (o oneByOne) Exec(op Op) error { return o.Netlink.Exec(op) }
@@ -23,7 +23,7 @@ func (o oneByOne) Exec(op Op) error { return o.Netlink.Exec(op) }
 // routeTable lists the namespace's routes as comparable lines.
 func routeTable(t *testing.T) []string {
 	t.Helper()
-	rs, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: 0}, netlink.RT_FILTER_TABLE)
+	rs, err := DumpRoutes()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,15 +36,11 @@ func routeTable(t *testing.T) []string {
 		if r.Protocol == unix.RTPROT_KERNEL {
 			continue
 		}
-		dst := "default"
-		if r.Dst != nil {
-			dst = r.Dst.String()
-		}
-		l, err := netlink.LinkByIndex(r.LinkIndex)
+		l, err := net.InterfaceByIndex(int(r.Link))
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, fmt.Sprintf("%s dev %s table %d proto %d scope %d type %d", dst, l.Attrs().Name, r.Table, r.Protocol, r.Scope, r.Type))
+		out = append(out, fmt.Sprintf("%s dev %s table %d proto %d scope %d type %d", r.Dst, l.Name, r.Table, r.Protocol, r.Scope, r.Type))
 	}
 	slices.Sort(out)
 	return out

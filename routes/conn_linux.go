@@ -44,6 +44,7 @@ func (n *Netlink) InstallFilter(f *Filter) error { return InstallFilter(f) }
 // below, holds no such socket.
 type Conn struct {
 	mu    sync.Mutex
+	rb    []byte // the rtnetlink socket's receive buffer
 	rt    *os.File
 	nf    *os.File
 	links map[string]uint32
@@ -84,7 +85,7 @@ func OpenSockets(links ...string) (Sockets, error) {
 
 // NewConn returns a Conn over s; it owns s's descriptors from now on.
 func NewConn(s Sockets) *Conn {
-	return &Conn{rt: s.Route, nf: s.Netfilter, links: s.Links}
+	return &Conn{rb: make([]byte, rtnlBufSize), rt: s.Route, nf: s.Netfilter, links: s.Links}
 }
 
 // Close closes the sockets; a call under way fails.
@@ -159,7 +160,7 @@ func (c *Conn) route(typ uint16, flags uint16, op Op) error {
 		if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 			return err
 		}
-		return awaitAck(fd, c.seq)
+		return awaitAck(fd, c.rb, c.seq)
 	})
 }
 
@@ -168,8 +169,18 @@ func (c *Conn) route(typ uint16, flags uint16, op Op) error {
 // an ack; link gives a link's index by name. One encoder for the setup's
 // routes (Netlink.ExecRoutes) and the live updates (Conn).
 func routeMsg(typ, flags uint16, op Op, seq uint32, link func(string) (uint32, bool)) ([]byte, error) {
+	return appendRouteMsg(nil, typ, flags, op, seq, link)
+}
+
+// routeMsgMax is the length of the longest route message: header,
+// struct rtmsg, an IPv6 RTA_DST and RTA_OIF.
+const routeMsgMax = unix.NLMSG_HDRLEN + unix.SizeofRtMsg + unix.SizeofRtAttr + 16 + unix.SizeofRtAttr + 4
+
+// appendRouteMsg is routeMsg appending to dst (dst unchanged on an
+// error): the setup's batch is encoded in one buffer.
+func appendRouteMsg(dst []byte, typ, flags uint16, op Op, seq uint32, link func(string) (uint32, bool)) ([]byte, error) {
 	if !op.Prefix.IsValid() {
-		return nil, fmt.Errorf("invalid destination %v", op.Prefix)
+		return dst, fmt.Errorf("invalid destination %v", op.Prefix)
 	}
 	fam, alen := uint8(unix.AF_INET), 4
 	if op.Prefix.Addr().Is6() {
@@ -185,27 +196,41 @@ func routeMsg(typ, flags uint16, op Op, seq uint32, link func(string) (uint32, b
 	case OpDefault, OpPunch, OpSink:
 		idx, ok := link(op.Link)
 		if !ok {
-			return nil, fmt.Errorf("no link %s", op.Link)
+			return dst, fmt.Errorf("no link %s", op.Link)
 		}
 		rtype, oif = unix.RTN_UNICAST, idx
 		if typ != unix.RTM_DELROUTE {
 			scope = unix.RT_SCOPE_LINK // as ip(8) does for a route without a gateway
 		}
 	default:
-		return nil, fmt.Errorf("not a route operation: %v", op.Kind)
+		return dst, fmt.Errorf("not a route operation: %v", op.Kind)
 	}
-	// struct rtmsg, then RTA_DST and RTA_OIF.
-	body := []byte{fam, uint8(op.Prefix.Bits()), 0, 0, unix.RT_TABLE_MAIN, unix.RTPROT_BOOT, scope, rtype, 0, 0, 0, 0}
-	body = append(body, rtattr(unix.RTA_DST, op.Prefix.Addr().AsSlice()[:alen])...)
+	l := unix.NLMSG_HDRLEN + unix.SizeofRtMsg + unix.SizeofRtAttr + alen
 	if oif != 0 {
-		body = append(body, rtattr(unix.RTA_OIF, binary.NativeEndian.AppendUint32(nil, oif))...)
+		l += unix.SizeofRtAttr + 4
 	}
-	msg := binary.NativeEndian.AppendUint32(nil, uint32(unix.NLMSG_HDRLEN+len(body)))
+	msg := binary.NativeEndian.AppendUint32(dst, uint32(l))
 	msg = binary.NativeEndian.AppendUint16(msg, typ)
 	msg = binary.NativeEndian.AppendUint16(msg, unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags)
 	msg = binary.NativeEndian.AppendUint32(msg, seq)
 	msg = binary.NativeEndian.AppendUint32(msg, 0)
-	return append(msg, body...), nil
+	// struct rtmsg, then RTA_DST and RTA_OIF.
+	msg = append(msg, fam, uint8(op.Prefix.Bits()), 0, 0, unix.RT_TABLE_MAIN, unix.RTPROT_BOOT, scope, rtype, 0, 0, 0, 0)
+	msg = binary.NativeEndian.AppendUint16(msg, uint16(unix.SizeofRtAttr+alen))
+	msg = binary.NativeEndian.AppendUint16(msg, unix.RTA_DST)
+	a16 := op.Prefix.Addr().As16()
+	if alen == 4 {
+		a4 := op.Prefix.Addr().As4()
+		msg = append(msg, a4[:]...)
+	} else {
+		msg = append(msg, a16[:]...)
+	}
+	if oif != 0 {
+		msg = binary.NativeEndian.AppendUint16(msg, unix.SizeofRtAttr+4)
+		msg = binary.NativeEndian.AppendUint16(msg, unix.RTA_OIF)
+		msg = binary.NativeEndian.AppendUint32(msg, oif)
+	}
+	return msg, nil
 }
 
 // openRtnetlink opens a route netlink socket in the current network
@@ -252,11 +277,12 @@ func openNetlinkSocket(proto int, sockWhat, bindWhat string) (int, error) {
 	return fd, nil
 }
 
-// awaitAck waits for the kernel's answer to message seq on fd.
-func awaitAck(fd int, seq uint32) error {
+// awaitAck waits for the kernel's answer to message seq on fd, reading
+// into rb.
+func awaitAck(fd int, rb []byte, seq uint32) error {
 	var got error
 	done := false
-	if err := awaitAcks(fd, func(s uint32, e error) {
+	if err := awaitAcks(fd, rb, func(s uint32, e error) {
 		if s == seq {
 			got, done = e, true
 		}
@@ -268,9 +294,8 @@ func awaitAck(fd int, seq uint32) error {
 
 // awaitAcks reads the kernel's answers on fd, telling each (its sequence
 // number and error, nil for success) to answer, until done; it fails only
-// when the socket does (or on a malformed answer).
-func awaitAcks(fd int, answer func(seq uint32, err error), done func() bool) error {
-	rb := make([]byte, 1<<13)
+// when the socket does (or on a malformed answer). It reads into rb.
+func awaitAcks(fd int, rb []byte, answer func(seq uint32, err error), done func() bool) error {
 	for !done() {
 		n, _, err := unix.Recvfrom(fd, rb, 0)
 		if err == unix.EINTR {
@@ -299,6 +324,3 @@ func awaitAcks(fd int, answer func(seq uint32, err error), done func() bool) err
 	}
 	return nil
 }
-
-// rtattr encodes one rtnetlink attribute, padded to 4 bytes.
-func rtattr(typ uint16, val []byte) []byte { return attr(typ, val) }

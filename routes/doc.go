@@ -12,7 +12,9 @@
 // runs a plan through an [Executor]: every operation except a punch is
 // fail-closed (the first failure stops and is returned as an error); a
 // failed punch is fail-soft (lost reachability, reported as a warning, never
-// an open hole). [Netlink] is the production Executor. A plan also carries a
+// an open hole). [Netlink] is the production Executor; it speaks
+// rtnetlink with the package's own messages (no netlink library: the
+// launch's page faults, issue 33). A plan also carries a
 // [Filter], a netfilter table [InstallFilter] writes in one transaction: it
 // refuses every blocked destination leaving through the TUN, which is what
 // a socket bound to the TUN (SO_BINDTODEVICE, IP_UNICAST_IF, a scoped IPv6
@@ -21,7 +23,8 @@
 //
 // What it does not: it does not create the namespace or the TUN device,
 // and does not read host configuration (the policy carries connected
-// subnets, host routes and resolvers). Its routes do not filter by port (a
+// subnets, host routes and resolvers) beyond [DumpRoutes], the route
+// dump the jail's discovery classifies. Its routes do not filter by port (a
 // punched resolver is routed for every port); the filter and the userstack
 // allow port 53 only.
 //

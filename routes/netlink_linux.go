@@ -1,37 +1,35 @@
 package routes
 
 import (
+	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
 // Netlink is the production [Executor]: it applies operations with a
-// netlink handle bound to the network namespace that was current when
-// [OpenNetlink] was called.
+// route netlink socket opened in the network namespace that was current
+// when [OpenNetlink] was called, through the package's own rtnetlink
+// messages.
 type Netlink struct {
-	h     *netlink.Handle
-	links map[string]netlink.Link // by name: one lookup per link, not per route
-	rt    int                     // a raw rtnetlink socket for ExecRoutes, once opened; else -1
+	links map[string]uint32 // link indexes by name: one lookup per link, not per route
+	rt    int               // the rtnetlink socket
+	rb    []byte            // its receive buffer, kept across requests
 	seq   uint32
 }
 
-// OpenNetlink opens a netlink handle in the calling thread's current
-// network namespace. Call it inside the jail's namespace.
+// OpenNetlink opens a route netlink socket in the calling thread's
+// current network namespace. Call it inside the jail's namespace.
 func OpenNetlink() (*Netlink, error) {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	fd, err := openRtnetlink()
 	if err != nil {
 		return nil, fmt.Errorf("open netlink: %w", err)
 	}
-	return &Netlink{h: h, links: map[string]netlink.Link{}, rt: -1}, nil
+	return &Netlink{links: map[string]uint32{}, rt: fd, rb: make([]byte, rtnlBufSize)}, nil
 }
 
-// Close releases the handle.
+// Close releases the socket.
 func (n *Netlink) Close() {
-	n.h.Close()
 	if n.rt >= 0 {
 		unix.Close(n.rt)
 		n.rt = -1
@@ -54,104 +52,121 @@ func (n *Netlink) ExecRoutes(ops []Op) []error {
 		return errs
 	}
 	if n.rt < 0 {
-		fd, err := openRtnetlink()
-		if err != nil {
-			return fail(err)
-		}
-		n.rt = fd
+		return fail(errors.New("netlink socket closed"))
 	}
 	link := func(name string) (uint32, bool) {
-		l, err := n.link(name)
-		if err != nil {
-			return 0, false
-		}
-		return uint32(l.Attrs().Index), true
+		idx, err := n.link(name)
+		return idx, err == nil
 	}
-	var buf []byte
-	pending := map[uint32]int{}
+	// Message n.seq+1+k is ops[sent[k]]; answered counts the acks.
+	buf := make([]byte, 0, len(ops)*routeMsgMax)
+	sent := make([]int, 0, len(ops))
+	first := n.seq + 1
 	for i, op := range ops {
-		msg, err := routeMsg(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, op, n.seq+1, link)
-		if err != nil {
+		var err error
+		if buf, err = appendRouteMsg(buf, unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, op, n.seq+1, link); err != nil {
 			errs[i] = err
 			continue
 		}
 		n.seq++
-		pending[n.seq] = i
-		buf = append(buf, msg...)
+		sent = append(sent, i)
 	}
-	if len(pending) == 0 {
+	if len(sent) == 0 {
 		return errs
 	}
 	drain(n.rt)
 	if err := unix.Sendto(n.rt, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fail(err)
 	}
-	err := awaitAcks(n.rt, func(seq uint32, e error) {
-		if i, ok := pending[seq]; ok {
-			errs[i] = e
-			delete(pending, seq)
+	answered := make([]bool, len(sent))
+	left := len(sent)
+	err := awaitAcks(n.rt, n.rb, func(seq uint32, e error) {
+		if k := seq - first; seq >= first && k < uint32(len(sent)) && !answered[k] {
+			answered[k] = true
+			errs[sent[k]] = e
+			left--
 		}
-	}, func() bool { return len(pending) == 0 })
-	for _, i := range pending {
-		errs[i] = err // unanswered
+	}, func() bool { return left == 0 })
+	for k, i := range sent {
+		if !answered[k] {
+			errs[i] = err // unanswered
+		}
 	}
 	return errs
 }
 
-// link returns the named link. The index it carries stays valid: links
-// are only configured here, never re-created.
-func (n *Netlink) link(name string) (netlink.Link, error) {
-	if l, ok := n.links[name]; ok {
-		return l, nil
+// link returns the named link's index (one SIOCGIFINDEX). The index
+// stays valid: links are only configured here, never re-created.
+func (n *Netlink) link(name string) (uint32, error) {
+	if idx, ok := n.links[name]; ok {
+		return idx, nil
 	}
-	l, err := n.h.LinkByName(name)
+	idx, err := linkIndex(name)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	n.links[name] = l
-	return l, nil
+	n.links[name] = idx
+	return idx, nil
+}
+
+// send sends msg, which must be numbered n.seq+1, and waits for its ack.
+func (n *Netlink) send(msg []byte) error {
+	if n.rt < 0 {
+		return errors.New("netlink socket closed")
+	}
+	n.seq++
+	return request(n.rt, n.rb, msg, n.seq)
 }
 
 // Exec performs one operation.
 func (n *Netlink) Exec(op Op) error {
 	switch op.Kind {
 	case OpLinkUp:
-		l, err := n.link(op.Link)
+		idx, err := n.link(op.Link)
 		if err != nil {
 			return err
 		}
-		return n.h.LinkSetUp(l)
+		return n.send(linkUpMsg(idx, n.seq+1))
 	case OpLinkConfig:
-		l, err := n.link(op.Link)
+		idx, err := n.link(op.Link)
 		if err != nil {
 			return err
 		}
-		if err := n.h.LinkSetMTU(l, op.MTU); err != nil {
-			return fmt.Errorf("mtu: %w", err)
-		}
-		if err := n.h.LinkSetTxQLen(l, op.TxQueueLen); err != nil {
-			return fmt.Errorf("txqueuelen: %w", err)
+		if err := n.send(linkConfigMsg(idx, op.MTU, op.TxQueueLen, n.seq+1)); err != nil {
+			return fmt.Errorf("mtu and txqueuelen: %w", err)
 		}
 		// No link-local address means no fe80::/64 route that would be
 		// more specific than the fe80::/10 blackhole. Fails when IPv6 is
 		// off in the namespace, which is then harmless.
-		if err := n.h.LinkSetIP6AddrGenMode(l, addrGenModeNone); err != nil && !ipv6Off() {
+		if err := n.send(addrGenModeMsg(idx, addrGenModeNone, n.seq+1)); err != nil && !ipv6Off() {
 			return fmt.Errorf("addrgenmode: %w", err)
 		}
 		return nil
 	case OpAddrAdd:
-		l, err := n.link(op.Link)
+		idx, err := n.link(op.Link)
 		if err != nil {
 			return err
 		}
-		return n.h.AddrAdd(l, netlinkAddr(op.Prefix))
+		msg, err := addrMsg(idx, op.Prefix, n.seq+1)
+		if err != nil {
+			return err
+		}
+		return n.send(msg)
 	default:
-		r, err := n.routeOf(op)
-		if err != nil {
-			return err
-		}
-		return n.h.RouteAdd(r)
+		return n.route(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL, op)
 	}
+}
+
+// route sends the route message of op (routeMsg) and waits for its ack.
+func (n *Netlink) route(typ, flags uint16, op Op) error {
+	msg, err := routeMsg(typ, flags, op, n.seq+1, func(name string) (uint32, bool) {
+		idx, err := n.link(name)
+		return idx, err == nil
+	})
+	if err != nil {
+		return err
+	}
+	return n.send(msg)
 }
 
 // addrGenModeNone is IN6_ADDR_GEN_MODE_NONE.
@@ -162,70 +177,11 @@ func ipv6Off() bool {
 	return err != nil || (len(b) > 0 && b[0] == '1')
 }
 
-func ipNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-}
-
-// netlinkAddr is the address for OpAddrAdd: no prefix route, no DAD (a TUN
-// has no neighbours, and a tentative address would delay the first
-// connection).
-func netlinkAddr(p netip.Prefix) *netlink.Addr {
-	return &netlink.Addr{IPNet: ipNet(p), Flags: unix.IFA_F_NOPREFIXROUTE | unix.IFA_F_NODAD}
-}
-
-// netlinkRoute maps a route operation to a netlink route; linkIndex is the
-// TUN's index for routes via the TUN.
-func netlinkRoute(op Op, linkIndex int) (*netlink.Route, error) {
-	if !op.Prefix.IsValid() {
-		return nil, fmt.Errorf("invalid destination %v", op.Prefix)
-	}
-	r := &netlink.Route{Dst: ipNet(op.Prefix), Family: unix.AF_INET}
-	if op.Prefix.Addr().Is6() {
-		r.Family = unix.AF_INET6
-	}
-	switch op.Kind {
-	case OpDefault, OpPunch, OpSink:
-		if linkIndex <= 0 {
-			return nil, fmt.Errorf("no link for %v", op.Prefix)
-		}
-		r.Type = unix.RTN_UNICAST
-		r.LinkIndex = linkIndex
-		// As ip(8) does for a route without a gateway.
-		r.Scope = netlink.SCOPE_LINK
-	default:
-		return nil, fmt.Errorf("not a route operation: %v", op.Kind)
-	}
-	return r, nil
-}
-
-// routeOf builds the netlink route of a route operation.
-func (n *Netlink) routeOf(op Op) (*netlink.Route, error) {
-	idx := 0
-	if op.isRoute() {
-		l, err := n.link(op.Link)
-		if err != nil {
-			return nil, err
-		}
-		idx = l.Attrs().Index
-	}
-	return netlinkRoute(op, idx)
-}
-
 // replace installs a route operation in place of the route with the same
 // destination.
 func (n *Netlink) replace(op Op) error {
-	r, err := n.routeOf(op)
-	if err != nil {
-		return err
-	}
-	return n.h.RouteReplace(r)
+	return n.route(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, op)
 }
 
 // delete removes the route a route operation added.
-func (n *Netlink) delete(op Op) error {
-	r, err := n.routeOf(op)
-	if err != nil {
-		return err
-	}
-	return n.h.RouteDel(r)
-}
+func (n *Netlink) delete(op Op) error { return n.route(unix.RTM_DELROUTE, 0, op) }

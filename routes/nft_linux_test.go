@@ -10,7 +10,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
@@ -284,18 +283,16 @@ func TestUpdateMovesRoutesAndFilter(t *testing.T) {
 	})
 }
 
-// routeDev is the device the kernel routes a to.
+// routeDev is the device the kernel routes a to (ip route get, run from
+// the calling thread's namespace).
 func routeDev(t *testing.T, a netip.Addr) string {
 	t.Helper()
-	rs, err := netlink.RouteGet(a.AsSlice())
-	if err != nil || len(rs) == 0 {
-		t.Fatalf("route get %v: %v", a, err)
+	var rs []struct{ Dev string }
+	ipJSON(t, &rs, "route", "get", a.String())
+	if len(rs) == 0 {
+		t.Fatalf("route get %v: no route", a)
 	}
-	l, err := netlink.LinkByIndex(rs[0].LinkIndex)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l.Attrs().Name
+	return rs[0].Dev
 }
 
 // A Conn over sockets opened inside the namespace moves it from a thread
