@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
 )
 
@@ -221,7 +222,7 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 	}
 	ok, rule := n.rules.AllowName(name)
 	if !ok {
-		if _, valid := netpolicy.CanonicalName(name); valid && n.st.cfg.Ask != nil && askableName(rule) {
+		if _, valid := netpolicy.CanonicalName(name); valid && n.st.cfg.Ask != nil && admission.Askable(rule) {
 			return n.askAnswer(resp, qs, question, limit)
 		}
 		if rule == "" {

@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"github.com/claude-sandbox/claude-sandbox/internal/ask"
-	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
 )
 
@@ -103,7 +100,6 @@ type names struct {
 	next4  uint32 // offset of the next IPv4 address in Pool4
 	next6  uint64 // offset of the next IPv6 address in Pool6
 	cache  map[cacheKey]cacheEntry
-	udp    map[netip.AddrPort]udpTarget
 	// lookups are the upstream lookups under way, one per name and type:
 	// whoever needs the same answer meanwhile waits for it.
 	lookups map[cacheKey]*lookupCall
@@ -188,7 +184,6 @@ func newNames(st *Stack, cfg NameConfig) (*names, error) {
 		byName:      map[string]*nameEntry{},
 		byAddr:      map[netip.Addr]*nameEntry{},
 		cache:       map[cacheKey]cacheEntry{},
-		udp:         map[netip.AddrPort]udpTarget{},
 		lookups:     map[cacheKey]*lookupCall{},
 		dnsSlots:    make(chan struct{}, maxDNSInFlight),
 		dnsTCPSlots: make(chan struct{}, maxDNSTCPConns),
@@ -308,169 +303,17 @@ func (st *Stack) SyntheticAddr(name string, v6 bool) (netip.Addr, bool) {
 	return e.v4, e.v4.IsValid()
 }
 
-// policyCheck is the policy's verdict on a host-side destination, except
-// that the host's loopback and the unspecified addresses (0.0.0.0, ::: a
-// host-side connect to them reaches the host's loopback), also in their
-// mapped and well-known NAT64 forms, are refused
-// whatever the policy allows: an allow-ip entry naming them, or a policy
-// built in code. The host's loopback is reached only through a gateway's
-// allowed host port (hostport.go), never by address or by name.
-func (st *Stack) policyCheck(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verdict {
-	v := st.cfg.Policy.Check(proto, dst)
-	if a := netpolicy.HostSideAddr(dst.Addr()); v.Allowed && (a.IsLoopback() || a.IsUnspecified()) {
-		return netpolicy.Verdict{Rule: "host loopback: only --allow-host-port ports at the gateway address reach it"}
-	}
-	return v
-}
-
-// check is the policy's verdict on an address (not a name): with the
-// allowlist on, the open internet is refused (only allow-ip/allow-cidr
-// entries and the DNS punches open anything).
-func (st *Stack) check(proto netpolicy.Proto, dst netip.AddrPort) netpolicy.Verdict {
-	if st.names != nil && st.names.inPool(dst.Addr()) {
-		// A synthetic address outside the flows the allowlist decides
-		// (an echo request, a reply from another port): nothing real
-		// behind it.
-		return netpolicy.Verdict{Rule: "synthetic address of a name (only TCP and UDP reach names)"}
-	}
-	v := st.policyCheck(proto, dst)
-	switch {
-	case st.names == nil || !v.Allowed:
-	case v.Kind == netpolicy.KindInternet:
-		return netpolicy.Verdict{Rule: "not on the domain allowlist (an address, not a name: allow it with --allow-ip)"}
-	case v.Kind == netpolicy.KindAllow && v.Entry == st.names.cfg.Pool4:
-		// The pool's NAT64 forms, which its allow-cidr entry (the jail's
-		// punch) opens too: they lead to no name.
-		return netpolicy.Verdict{Rule: "synthetic address pool in another form (NAT64)"}
-	}
-	return v
-}
-
-// nameFlow is what the allowlist decided for a new flow: a flow to a name
-// (name set, and rule, the allowlist's rule that let it through), or DNS
-// to the stack's own resolver (dns).
-type nameFlow struct {
-	name string
-	rule string
-	dns  bool
-	// ask: refused by rule, but the ask mode may hold it (ask.go).
-	ask bool
-}
-
-// admit decides a new flow against the allowlist. It returns nil for a
-// flow the allowlist leaves to the address policy, and refused for one it
-// refused (recorded).
-func (n *names) admit(proto netpolicy.Proto, dst netip.AddrPort) (nf *nameFlow, refused bool) {
-	st := n.st
-	if st.isLocal(dst.Addr()) {
-		if dst.Port() == netpolicy.DNSPort {
-			return &nameFlow{dns: true}, false
-		}
-		return nil, false
-	}
-	if !n.inPool(dst.Addr()) {
-		return nil, false
-	}
-	name, ok := n.nameOf(dst.Addr())
-	if !ok {
-		st.block(proto, dst, "synthetic address never handed out by the sandbox's resolver")
-		return nil, true
-	}
-	if proto == netpolicy.ProtoUDP && dst.Port() == 443 {
-		// QUIC: refused with ICMP port unreachable, so that the client
-		// falls back to TCP, where the SNI is checked before anything
-		// leaves.
-		st.blockName(proto, dst, name, "udp 443 (QUIC) to a name: use TCP")
-		return nil, true
-	}
-	ok, rule := n.rules.Allow(name, dst.Port())
-	if !ok && st.cfg.Ask != nil && askableName(rule) {
-		return &nameFlow{name: name, rule: rule, ask: true}, false
-	}
-	if !ok {
-		if rule == "" {
-			rule = "domain not allowed on this port"
-		}
-		st.blockName(proto, dst, name, rule)
-		return nil, true
-	}
-	return &nameFlow{name: name, rule: rule}, false
-}
-
-// resolveTarget resolves name on the host side at connect time and
-// returns the first address (of v6's family first) the policy does not
-// block, with port. It records a block when every address is blocked.
-// With wait it may block (a query upstream, the IPv6 gate): never on the
-// event loop; without, it takes only what the cache holds, and an allowed
-// IPv6 address that waits for the IPv6 gate (ready6.go) is returned as
-// that gate, with false and nothing recorded.
-func (n *names) resolveTarget(ctx context.Context, proto netpolicy.Proto, dst netip.AddrPort, name string, wait bool) (netip.AddrPort, <-chan struct{}, bool) {
-	st := n.st
-	first, second := lookupOrder(dst)
-	var blocked []string
-	found := false
-	for _, t := range []dnsmessage.Type{first, second} {
-		var addrs []netip.Addr
-		var err error
-		if wait {
-			addrs, _, err = n.lookup(ctx, name, t)
-		} else {
-			addrs = n.cached(name, t)
-		}
-		if err != nil {
-			st.cfg.Logf("userstack: resolve %s %v: %v", name, t, err)
-			continue
-		}
-		for _, a := range addrs {
-			found = true
-			target := netip.AddrPortFrom(a, dst.Port())
-			if n.inPool(a) {
-				blocked = append(blocked, a.String()+" (synthetic pool)")
-				continue
-			}
-			v := st.policyCheck(proto, target)
-			var gate <-chan struct{}
-			if v.Allowed {
-				gate = st.ipv6Gate(a)
-			}
-			if gate != nil {
-				if !wait {
-					return netip.AddrPort{}, gate, false
-				}
-				if !st.awaitIPv6(gate) {
-					if ctx.Err() != nil || st.ctx.Err() != nil {
-						return netip.AddrPort{}, nil, false // closing
-					}
-					blocked = append(blocked, a.String()+" (the IPv6 policy was not ready in time)")
-					continue
-				}
-				v = st.policyCheck(proto, target) // the policy the gate waited for
-			}
-			if !v.Allowed {
-				blocked = append(blocked, fmt.Sprintf("%s (%s)", a, v.Rule))
-				continue
-			}
-			return target, nil, true
-		}
-	}
-	switch {
-	case len(blocked) > 0:
-		st.blockName(proto, dst, name, "resolves only to blocked addresses: "+strings.Join(blocked, ", "))
-	case !found:
-		st.blockName(proto, dst, name, "does not resolve on the host")
-	}
-	return netip.AddrPort{}, nil, false
-}
-
-// cached returns what the cache holds, fresh, for name and t.
-func (n *names) cached(name string, t dnsmessage.Type) []netip.Addr {
+// cachedTTL returns what the cache holds, fresh, for name and t, and the
+// TTL of its entry for them, fresh or not (0: none).
+func (n *names) cachedTTL(name string, t dnsmessage.Type) ([]netip.Addr, uint32) {
 	now := n.st.cfg.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if e, ok := n.cache[cacheKey{name, t}]; ok && now.Before(e.expires) {
-		return e.addrs
+	e, ok := n.cache[cacheKey{name, t}]
+	if ok && now.Before(e.expires) {
+		return e.addrs, e.ttl
 	}
-	return nil
+	return nil, e.ttl
 }
 
 // lookup resolves name's records of type t (A or AAAA) through the
@@ -598,122 +441,4 @@ func dedupAddrs(in []netip.Addr) []netip.Addr {
 		}
 	}
 	return out
-}
-
-// udpTargets: the host-side destination of each synthetic address and
-// port a UDP mapping sends to, decided by udpAdmit (under names.mu), and
-// checked against the policy again each time a new mapping uses it.
-type udpTarget struct {
-	target  netip.AddrPort
-	expires time.Time
-}
-
-// udpTarget returns the host-side destination admitted for the synthetic
-// dst (the packet path's translation; never blocks).
-func (n *names) udpTarget(dst netip.AddrPort) (netip.AddrPort, bool) {
-	now := n.st.cfg.Now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	t, ok := n.udp[dst]
-	if !ok || !now.Before(t.expires) {
-		return netip.AddrPort{}, false
-	}
-	return t.target, true
-}
-
-// cachedAllowed returns the first address of name's records of type t,
-// fresh in the cache, outside the pool, that the policy allows proto to
-// on port (false: none). What resolveTarget would take from the cache
-// for that family, nothing recorded.
-func (n *names) cachedAllowed(proto netpolicy.Proto, name string, t dnsmessage.Type, port uint16) (netip.AddrPort, bool) {
-	for _, a := range n.cached(name, t) {
-		if target := netip.AddrPortFrom(a, port); !n.inPool(a) && n.st.policyCheck(proto, target).Allowed {
-			return target, true
-		}
-	}
-	return netip.AddrPort{}, false
-}
-
-// lookupOrder is the order resolveTarget tries the record types of a
-// name whose synthetic address is dst: dst's own family first.
-func lookupOrder(dst netip.AddrPort) (first, second dnsmessage.Type) {
-	if dst.Addr().Is6() && !dst.Addr().Is4In6() {
-		return dnsmessage.TypeAAAA, dnsmessage.TypeA
-	}
-	return dnsmessage.TypeA, dnsmessage.TypeAAAA
-}
-
-// udpAdmit decides a datagram to a new destination for the allowlist: a
-// name's synthetic address is decided by its name and port, then
-// translated from the resolver cache; when the cache has nothing fresh the
-// name is resolved on a worker and the datagram dropped (ready false: the
-// sender retries). refused: recorded, the sandbox gets ICMP port
-// unreachable. Destinations outside the pool are left to the policy. A
-// non-nil gate: the name's address is an IPv6 one waiting for the IPv6
-// gate (ready6.go), the datagram is held until it opens. target: the
-// host-side destination admitted for a name, ready; the caller uses it,
-// not udpTarget again (which may have expired since: an allowed flow
-// refused with a wrong reason).
-func (n *names) udpAdmit(src, dst netip.AddrPort) (ready, refused bool, gate <-chan struct{}, target netip.AddrPort) {
-	if !n.inPool(dst.Addr()) {
-		return true, false, nil, netip.AddrPort{}
-	}
-	nf, refused := n.admit(netpolicy.ProtoUDP, dst)
-	if refused || nf == nil {
-		return false, true, nil, netip.AddrPort{}
-	}
-	if nf.ask {
-		switch n.st.askUDP(src, dst, nf.name, false, nf.rule) {
-		case ask.Hold:
-			return false, false, nil, netip.AddrPort{} // dropped: the sandbox sends again
-		case ask.Refuse:
-			return false, true, nil, netip.AddrPort{}
-		}
-	}
-	if t, ok := n.udpTarget(dst); ok {
-		// Cached for new mappings, but decided again: a live policy
-		// update may have blocked the address since (or the IPv6 gate
-		// closed again after a network change). Otherwise the entry is
-		// dropped and the name decided afresh below, which records the
-		// refusal by name.
-		if n.st.policyCheck(netpolicy.ProtoUDP, t).Allowed && n.st.ipv6Gate(t.Addr()) == nil {
-			return true, false, nil, t
-		}
-		n.mu.Lock()
-		delete(n.udp, dst)
-		n.mu.Unlock()
-	}
-	now := n.st.cfg.Now()
-	// Only the family resolveTarget tries first must be fresh in the
-	// cache (the synthetic address's own); the other only when the first
-	// has no address the policy allows. Not fresh: looked up on a worker,
-	// the datagram dropped. Every datagram of a flood comes here until
-	// the lookup ends: background starts none while one for the name is
-	// under way, and a failed one is cached (dnsNegTTL) like an answer.
-	first, second := lookupOrder(dst)
-	if !n.background(nf.name, first) {
-		return false, false, nil, netip.AddrPort{}
-	}
-	target, gate, ok := n.cachedTarget(netpolicy.ProtoUDP, dst, nf.name)
-	if !ok {
-		if !n.background(nf.name, second) {
-			return false, false, nil, netip.AddrPort{}
-		}
-		// Both fresh in the cache: resolveTarget takes it from there
-		// (and records a refusal).
-		target, gate, ok = n.resolveTarget(n.st.ctx, netpolicy.ProtoUDP, dst, nf.name, false)
-	}
-	if gate != nil {
-		return false, false, gate, netip.AddrPort{}
-	}
-	if !ok {
-		return false, true, nil, netip.AddrPort{}
-	}
-	n.mu.Lock()
-	if len(n.udp) >= 4096 {
-		clear(n.udp)
-	}
-	n.udp[dst] = udpTarget{target: target, expires: now.Add(time.Duration(max(n.cache[cacheKey{nf.name, dnsmessage.TypeA}].ttl, 30)) * time.Second)}
-	n.mu.Unlock()
-	return true, false, nil, target
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 	"github.com/claude-sandbox/claude-sandbox/userstack/blocklog"
 )
 
@@ -211,7 +212,6 @@ type Stack struct {
 	ep     stack.LinkEndpoint
 	cfg    Config
 	s      *stack.Stack
-	local  map[netip.Addr]bool
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -239,8 +239,6 @@ type Stack struct {
 	eimUDP bool
 	// hostLo caches which loopback each host port leads to (hostport.go).
 	hostLo sync.Map
-	// hostPorts are Config.HostPorts, as SetHostPorts last changed them.
-	hostPorts atomic.Pointer[[]netpolicy.HostPort]
 
 	// The relay's memory budget (mem.go).
 	memBudget    int64
@@ -253,9 +251,10 @@ type Stack struct {
 	memSpare     []*tcpFlow   // under mu: memWaiters' other buffer
 	tcpLive      atomic.Int32 // len(tcp), for the flows' shares
 
-	heldUDP   atomic.Int32  // datagrams held for the IPv6 gate (ready6.go)
-	names     *names        // the domain allowlist, nil when off (names.go)
-	blocks    *blocklog.Log // records on their way to OnBlock and OnEvict (blocklog.go)
+	heldUDP   atomic.Int32        // datagrams held for the IPv6 gate (ready6.go)
+	names     *names              // the domain allowlist, nil when off (names.go)
+	adm       *admission.Admitter // the one admission point of new flows (package admission)
+	blocks    *blocklog.Log       // records on their way to OnBlock and OnEvict (blocklog.go)
 	evictions atomic.Uint64
 	udpPeers  atomic.Int64 // the peers all UDP mappings remember (udp.go)
 }
@@ -327,7 +326,6 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		ep:    ep,
 		cfg:   cfg,
 		s:     s,
-		local: local,
 		tcp:   map[flowKey]*tcpFlow{},
 		flows: map[flowKey]*udpFlow{},
 		pings: make(chan struct{}, maxPings),
@@ -343,6 +341,7 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		}
 		st.names = n
 	}
+	st.adm = st.newAdmitter()
 	_, listens := cfg.Dialer.(PacketListener)
 	st.eimUDP = cfg.Dialer == nil || listens
 	st.memWake = newLoopTimer(st)
@@ -449,9 +448,6 @@ func (st *Stack) Close() {
 	st.wg.Wait()
 	st.s.Wait()
 }
-
-// isLocal reports whether a is one of the addresses the stack answers as.
-func (st *Stack) isLocal(a netip.Addr) bool { return st.local[a.Unmap()] }
 
 // upstream returns the resolver to relay DNS to.
 func (st *Stack) upstream() (netip.AddrPort, bool) {
