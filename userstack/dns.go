@@ -59,18 +59,16 @@ func (n *names) serveDNSUDP(from, to netip.AddrPort, payload [][]byte) {
 	default:
 		return
 	}
-	st := n.st
-	if !st.goFlow(func() {
-		defer st.wg.Done()
+	if !n.deps.spawn(func() {
 		defer func() { <-n.dnsSlots }()
-		resp := n.answer(st.ctx, q, netpolicy.ProtoUDP, to, udpLimit(q))
+		resp := n.answer(n.deps.ctx, q, netpolicy.ProtoUDP, to, udpLimit(q))
 		if resp == nil {
 			return
 		}
 		buf := make([]byte, udpHeadroom+len(resp))
 		copy(buf[udpHeadroom:], resp)
-		if err := st.writeUDP(buf, len(resp), to, from); err != nil {
-			st.cfg.Logf("userstack: dns answer to %s: %v", from, err)
+		if err := n.deps.writeUDP(buf, len(resp), to, from); err != nil {
+			n.deps.logf("userstack: dns answer to %s: %v", from, err)
 		}
 	}) {
 		<-n.dnsSlots
@@ -111,11 +109,10 @@ func udpLimit(q []byte) int {
 // socketpair the sandbox's connection is relayed to), query after query,
 // until the sandbox closes or 2 minutes pass without one.
 func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
-	st := n.st
-	defer st.wg.Done()
+	ctx := n.deps.ctx
 	defer func() { <-n.dnsTCPSlots }()
 	defer conn.Close()
-	stop := context.AfterFunc(st.ctx, func() { conn.Close() })
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	var hdr [2]byte
 	for {
@@ -132,10 +129,10 @@ func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
 		// upstream at once with the rest.
 		select {
 		case n.dnsSlots <- struct{}{}:
-		case <-st.ctx.Done():
+		case <-ctx.Done():
 			return
 		}
-		resp := n.answer(st.ctx, q, netpolicy.ProtoTCP, to, 0xffff)
+		resp := n.answer(ctx, q, netpolicy.ProtoTCP, to, 0xffff)
 		<-n.dnsSlots
 		if resp == nil {
 			return
@@ -155,7 +152,7 @@ func (n *names) startDNSTCP(to netip.AddrPort) (int, error) {
 	select {
 	case n.dnsTCPSlots <- struct{}{}: // given back by serveDNSTCP
 	default:
-		n.st.block(netpolicy.ProtoTCP, to, fmt.Sprintf("dns over tcp: %d connections at once", maxDNSTCPConns))
+		n.deps.block(netpolicy.ProtoTCP, to, "", fmt.Sprintf("dns over tcp: %d connections at once", maxDNSTCPConns))
 		return -1, errDNSTCPFull
 	}
 	fd, err := n.startDNSTCPConn(to)
@@ -188,7 +185,7 @@ func (n *names) startDNSTCPConn(to netip.AddrPort) (int, error) {
 		return -1, err
 	}
 	conn := os.NewFile(uintptr(fds[1]), "dns")
-	if !n.st.goFlow(func() { n.serveDNSTCP(conn, to) }) {
+	if !n.deps.spawn(func() { n.serveDNSTCP(conn, to) }) {
 		conn.Close()
 		unix.Close(fds[0])
 		return -1, errors.New("closing")
@@ -222,17 +219,17 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 	}
 	ok, rule := n.rules.AllowName(name)
 	if !ok {
-		if _, valid := netpolicy.CanonicalName(name); valid && n.st.cfg.Ask != nil && admission.Askable(rule) {
+		if _, valid := netpolicy.CanonicalName(name); valid && n.deps.ask && admission.Askable(rule) {
 			return n.askAnswer(resp, qs, question, limit)
 		}
 		if rule == "" {
 			rule = "domain not allowed"
 		}
-		n.st.blockName(proto, to, name, rule)
+		n.deps.block(proto, to, name, rule)
 		resp.RCode = dnsmessage.RCodeNameError
 		return build(resp, qs, nil, limit)
 	}
-	n.st.noteDNS(proto, to, name, question.Type, rule)
+	n.deps.noteDNS(proto, to, name, question.Type, rule)
 	switch question.Type {
 	case dnsmessage.TypeA, dnsmessage.TypeAAAA:
 		v6 := question.Type == dnsmessage.TypeAAAA
@@ -242,7 +239,7 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 		addrs, rcode, err := n.lookup(ctx, name, question.Type)
 		n.prefetch(name, question.Type)
 		if err != nil {
-			n.st.cfg.Logf("userstack: dns %s %v: %v", name, question.Type, err)
+			n.deps.logf("userstack: dns %s %v: %v", name, question.Type, err)
 			resp.RCode = dnsmessage.RCodeServerFailure
 			return build(resp, qs, nil, limit)
 		}
@@ -252,12 +249,12 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 		}
 		a, err := n.synthetic(name, v6)
 		if errors.Is(err, errTooManyNames) {
-			n.st.blockName(proto, to, name, fmt.Sprintf("synthetic names: %d handed out, no more", maxNames))
+			n.deps.block(proto, to, name, fmt.Sprintf("synthetic names: %d handed out, no more", maxNames))
 			resp.RCode = dnsmessage.RCodeServerFailure
 			return build(resp, qs, nil, limit)
 		}
 		if err != nil {
-			n.st.cfg.Logf("userstack: dns %s: %v", name, err)
+			n.deps.logf("userstack: dns %s: %v", name, err)
 			resp.RCode = dnsmessage.RCodeServerFailure
 			return build(resp, qs, nil, limit)
 		}
@@ -265,9 +262,9 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 	case dnsmessage.TypeHTTPS, dnsmessage.TypeSVCB, dnsmessage.TypeALL:
 		return build(resp, qs, nil, limit)
 	}
-	rcode, rrs, err := n.st.forwardUpstream(ctx, name, question)
+	rcode, rrs, err := n.deps.forward(ctx, name, question)
 	if err != nil {
-		n.st.cfg.Logf("userstack: dns %s %v: %v", name, question.Type, err)
+		n.deps.logf("userstack: dns %s %v: %v", name, question.Type, err)
 		resp.RCode = dnsmessage.RCodeServerFailure
 		return build(resp, qs, nil, limit)
 	}
@@ -503,7 +500,7 @@ func (st *Stack) exchangeOnce(ctx context.Context, network string, up netip.Addr
 }
 
 // prefetch resolves the other address family of name in the background,
-// so that a UDP flow to the name finds both in the cache (udpAdmit never
+// so that a UDP flow to the name finds both in the cache (admission never
 // waits on the packet path) without dropping its first datagram.
 func (n *names) prefetch(name string, asked dnsmessage.Type) {
 	other := dnsmessage.TypeAAAA

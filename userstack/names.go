@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
 )
 
@@ -88,9 +89,11 @@ type NameConfig struct {
 }
 
 // names is the stack's half of the allowlist: the pool, the host-side
-// resolver's cache.
+// resolver's cache with its single flight, the background lookups and
+// the DNS server (dns.go). It holds no pointer to the stack: what it
+// needs of it comes in nameDeps.
 type names struct {
-	st    *Stack
+	deps  nameDeps
 	rules NameRules
 	cfg   NameConfig
 
@@ -106,7 +109,54 @@ type names struct {
 
 	dnsSlots    chan struct{} // queries being answered at once
 	dnsTCPSlots chan struct{} // TCP connections to the resolver being served
-	bgSlots     chan struct{} // background lookups under way (prefetch, udpAdmit)
+	bgSlots     chan struct{} // background lookups under way (prefetch, a UDP flow to a name)
+}
+
+// nameDeps is what the names side takes from the stack, injected.
+type nameDeps struct {
+	// ctx ends when the stack closes.
+	ctx context.Context
+	// now is the clock (cache expiry); logf logs.
+	now  func() time.Time
+	logf func(string, ...any)
+	// spawn runs fn on a worker the stack bounds and waits for at Close;
+	// false: the stack is closing, fn was not started.
+	spawn func(fn func()) bool
+	// resolve asks the host's resolver for name's records of type t
+	// (addresses, TTL, rcode); forward relays question q to it (the
+	// records of another type).
+	resolve func(ctx context.Context, name string, t dnsmessage.Type) ([]netip.Addr, uint32, dnsmessage.RCode, error)
+	forward func(ctx context.Context, name string, q dnsmessage.Question) (dnsmessage.RCode, []dnsmessage.Resource, error)
+	// block records a refused query or connection (name "" for none).
+	block func(proto netpolicy.Proto, dst netip.AddrPort, name, rule string)
+	// noteDNS tells the allowed-flow hook of an answered query.
+	noteDNS func(proto netpolicy.Proto, to netip.AddrPort, name string, t dnsmessage.Type, rule string)
+	// writeUDP sends a datagram to the sandbox (an answer over UDP): the
+	// payload is buf[udpHeadroom:][:n].
+	writeUDP func(buf []byte, n int, src, dst netip.AddrPort) error
+	// ask: the ask mode is on (a name off the allowlist gets an address).
+	ask bool
+}
+
+// nameDeps is the stack's side of the names' dependencies.
+func (st *Stack) nameDeps() nameDeps {
+	return nameDeps{
+		ctx:  st.ctx,
+		now:  st.cfg.Now,
+		logf: st.cfg.Logf,
+		spawn: func(fn func()) bool {
+			return st.goFlow(func() {
+				defer st.wg.Done()
+				fn()
+			})
+		},
+		resolve:  st.resolveUpstream,
+		forward:  st.forwardUpstream,
+		block:    st.blockName,
+		noteDNS:  st.noteDNS,
+		writeUDP: st.writeUDP,
+		ask:      st.cfg.Ask != nil,
+	}
 }
 
 // lookupCall is one lookup upstream under way; done is closed once its
@@ -154,7 +204,7 @@ const dnsNegTTL = 5
 const maxDNSInFlight = 64
 
 // maxBackgroundLookups bounds the lookups upstream that no query waits
-// for (prefetch, udpAdmit) under way at once; more are not started.
+// for (prefetch, a UDP flow to a name) under way at once; more are not started.
 const maxBackgroundLookups = 16
 
 // maxCachedAddrs bounds the addresses kept of one answer upstream (the
@@ -162,7 +212,7 @@ const maxBackgroundLookups = 16
 // of the cache's 4,096 entries.
 const maxCachedAddrs = 32
 
-func newNames(st *Stack, cfg NameConfig) (*names, error) {
+func newNames(deps nameDeps, cfg NameConfig) (*names, error) {
 	if cfg.Rules == nil {
 		return nil, errors.New("the egress stack's domain allowlist has no rules")
 	}
@@ -180,7 +230,7 @@ func newNames(st *Stack, cfg NameConfig) (*names, error) {
 		cfg.PeekTimeout = DefaultPeekTimeout
 	}
 	return &names{
-		st: st, rules: cfg.Rules, cfg: cfg,
+		deps: deps, rules: cfg.Rules, cfg: cfg,
 		byName:      map[string]*nameEntry{},
 		byAddr:      map[netip.Addr]*nameEntry{},
 		cache:       map[cacheKey]cacheEntry{},
@@ -306,7 +356,7 @@ func (st *Stack) SyntheticAddr(name string, v6 bool) (netip.Addr, bool) {
 // cachedTTL returns what the cache holds, fresh, for name and t, and the
 // TTL of its entry for them, fresh or not (0: none).
 func (n *names) cachedTTL(name string, t dnsmessage.Type) ([]netip.Addr, uint32) {
-	now := n.st.cfg.Now()
+	now := n.deps.now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e, ok := n.cache[cacheKey{name, t}]
@@ -326,7 +376,7 @@ func (n *names) cachedTTL(name string, t dnsmessage.Type) ([]netip.Addr, uint32)
 // upstream is slow to answer costs one query upstream, not one each.
 func (n *names) lookup(ctx context.Context, name string, t dnsmessage.Type) ([]netip.Addr, dnsmessage.RCode, error) {
 	key := cacheKey{name, t}
-	now := n.st.cfg.Now()
+	now := n.deps.now()
 	n.mu.Lock()
 	if e, ok := n.cache[key]; ok && now.Before(e.expires) {
 		n.mu.Unlock()
@@ -354,7 +404,7 @@ func (n *names) lookup(ctx context.Context, name string, t dnsmessage.Type) ([]n
 
 // lookupUpstream asks upstream for key and caches what it answered.
 func (n *names) lookupUpstream(ctx context.Context, key cacheKey, now time.Time) ([]netip.Addr, dnsmessage.RCode, error) {
-	addrs, ttl, rcode, err := n.st.resolveUpstream(ctx, key.name, key.qtype)
+	addrs, ttl, rcode, err := n.deps.resolve(ctx, key.name, key.qtype)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The caller gave up (or the stack closes): not the upstream's
@@ -381,12 +431,12 @@ func (n *names) lookupUpstream(ctx context.Context, key cacheKey, now time.Time)
 }
 
 // background looks name's records of types up on a worker, for a cache
-// no query waits on (prefetch, udpAdmit): not when each is fresh or
+// no query waits on (prefetch, a UDP flow to a name): not when each is fresh or
 // already being looked up, and not when maxBackgroundLookups are under
 // way (the trigger, a datagram or a query, comes again). fresh: every
 // one of types was fresh in the cache, nothing was started.
 func (n *names) background(name string, types ...dnsmessage.Type) (fresh bool) {
-	now := n.st.cfg.Now()
+	now := n.deps.now()
 	var want []dnsmessage.Type
 	fresh = true
 	n.mu.Lock()
@@ -410,12 +460,10 @@ func (n *names) background(name string, types ...dnsmessage.Type) (fresh bool) {
 	default:
 		return false
 	}
-	st := n.st
-	if !st.goFlow(func() {
-		defer st.wg.Done()
+	if !n.deps.spawn(func() {
 		defer func() { <-n.bgSlots }()
 		for _, t := range want {
-			n.lookup(st.ctx, name, t) //nolint:errcheck
+			n.lookup(n.deps.ctx, name, t) //nolint:errcheck
 		}
 	}) {
 		<-n.bgSlots

@@ -440,7 +440,7 @@ func TestNamesDNSOverTCP(t *testing.T) {
 }
 
 func TestNamesPool(t *testing.T) {
-	n, err := newNames(&Stack{}, NameConfig{Rules: fakeRules{}, Pool4: netip.MustParsePrefix("198.18.0.0/23")})
+	n, err := newNames(nameDeps{}, NameConfig{Rules: fakeRules{}, Pool4: netip.MustParsePrefix("198.18.0.0/23")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +477,7 @@ func TestNamesPool(t *testing.T) {
 	if a6 == b6 || !DefaultPool6.Contains(a6) || !DefaultPool6.Contains(b6) {
 		t.Fatalf("v6: %v %v", a6, b6)
 	}
-	n2, _ := newNames(&Stack{}, NameConfig{Rules: fakeRules{}})
+	n2, _ := newNames(nameDeps{}, NameConfig{Rules: fakeRules{}})
 	n2.synthetic("one.test", false)
 	if _, ok := n2.nameOf(netip.MustParseAddr("198.18.1.200")); ok {
 		t.Fatal("an address never handed out maps to a name")

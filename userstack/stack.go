@@ -333,9 +333,11 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		memBudget: int64(cfg.MaxRelayMemory),
 		blocks:    blocklog.New(),
 	}
+	st.ctx, st.cancel = context.WithCancel(context.Background())
 	if cfg.Names != nil {
-		n, err := newNames(st, *cfg.Names)
+		n, err := newNames(st.nameDeps(), *cfg.Names)
 		if err != nil {
+			st.cancel()
 			s.Close()
 			return nil, err
 		}
@@ -345,7 +347,6 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	_, listens := cfg.Dialer.(PacketListener)
 	st.eimUDP = cfg.Dialer == nil || listens
 	st.memWake = newLoopTimer(st)
-	st.ctx, st.cancel = context.WithCancel(context.Background())
 	st.work = newWorkers(st.ctx.Done(), &st.wg)
 	poll, err := newPoller()
 	if err != nil {
@@ -455,11 +456,6 @@ func (st *Stack) upstream() (netip.AddrPort, bool) {
 		return netip.AddrPort{}, false
 	}
 	return st.cfg.Upstreams[0], true
-}
-
-// block records a flow refused by address (blockName without a name).
-func (st *Stack) block(proto netpolicy.Proto, dst netip.AddrPort, rule string) {
-	st.blockName(proto, dst, "", rule)
 }
 
 // blockName records a refused flow or query; name is the host name when
