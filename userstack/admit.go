@@ -1,13 +1,11 @@
 package userstack
 
 import (
-	"context"
 	"net/netip"
-
-	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
+	"github.com/claude-sandbox/claude-sandbox/userstack/names"
 )
 
 // The stack's side of package admission: the admitter is built from the
@@ -33,8 +31,8 @@ func (st *Stack) newAdmitter() *admission.Admitter {
 		cfg.Upstream = up
 	}
 	if st.names != nil {
-		cfg.Names = nameSide{st.names}
-		cfg.Pool4 = st.names.cfg.Pool4
+		cfg.Names = st.names
+		cfg.Pool4 = st.names.Pool4()
 	}
 	return admission.New(cfg)
 }
@@ -47,29 +45,67 @@ func (st *Stack) record(proto netpolicy.Proto, dst netip.AddrPort, d admission.D
 	}
 }
 
-// nameSide is the names the admitter asks (admission.Names).
-type nameSide struct{ n *names }
+// The domain allowlist's names side (package userstack/names), as the
+// stack's configuration names it.
+type (
+	// NameConfig turns the domain allowlist on (Config.Names).
+	NameConfig = names.Config
+	// NameRules is the domain allowlist the stack enforces; a
+	// *netpolicy.Domains is one.
+	NameRules = names.Rules
+)
 
-func (s nameSide) InPool(a netip.Addr) bool           { return s.n.inPool(a) }
-func (s nameSide) NameOf(a netip.Addr) (string, bool) { return s.n.nameOf(a) }
-func (s nameSide) Allow(name string, port uint16) (bool, string) {
-	return s.n.rules.Allow(name, port)
-}
+// The synthetic address pools (see package names) and the first bytes'
+// wait.
+var (
+	DefaultPool4 = names.DefaultPool4
+	DefaultPool6 = names.DefaultPool6
+)
 
-func (s nameSide) Cached(name string, v6 bool) ([]netip.Addr, uint32) {
-	return s.n.cachedTTL(name, qtype(v6))
-}
+// DefaultPeekTimeout: see names.DefaultPeekTimeout.
+const DefaultPeekTimeout = names.DefaultPeekTimeout
 
-func (s nameSide) Background(name string, v6 bool) bool { return s.n.background(name, qtype(v6)) }
-
-func (s nameSide) Lookup(ctx context.Context, name string, v6 bool) ([]netip.Addr, error) {
-	addrs, _, err := s.n.lookup(ctx, name, qtype(v6))
-	return addrs, err
-}
-
-func qtype(v6 bool) dnsmessage.Type {
-	if v6 {
-		return dnsmessage.TypeAAAA
+// nameDeps is the stack's side of the names' dependencies.
+func (st *Stack) nameDeps() names.Deps {
+	d := names.Deps{
+		Ctx:  st.ctx,
+		Now:  st.cfg.Now,
+		Logf: st.cfg.Logf,
+		Spawn: func(fn func()) bool {
+			return st.goFlow(func() {
+				defer st.wg.Done()
+				fn()
+			})
+		},
+		Block:    st.blockName,
+		NoteDNS:  st.noteDNS,
+		WriteUDP: st.writeUDP,
+		Headroom: udpHeadroom,
+		Ask:      st.cfg.Ask != nil,
 	}
-	return dnsmessage.TypeA
+	if up, ok := st.upstream(); ok {
+		d.Upstream = up
+	}
+	if st.cfg.Dialer != nil {
+		d.Dialer = st.cfg.Dialer
+	}
+	return d
+}
+
+// SyntheticAddr returns the synthetic address handed out for name (IPv6
+// when v6), if there is one. For tests and diagnostics.
+func (st *Stack) SyntheticAddr(name string, v6 bool) (netip.Addr, bool) {
+	if st.names == nil {
+		return netip.Addr{}, false
+	}
+	return st.names.Addr(name, v6)
+}
+
+// NameOf returns the name a synthetic address stands for, for tests and
+// diagnostics.
+func (st *Stack) NameOf(a netip.Addr) (string, bool) {
+	if st.names == nil {
+		return "", false
+	}
+	return st.names.NameOf(a)
 }

@@ -87,8 +87,8 @@
 // caller supplies a stack.LinkEndpoint: [TUN] in production,
 // channel.Endpoint in tests), does not install kernel routes (package
 // routes), and without Config.Names it neither resolves names nor filters
-// by host name. With Config.Names (the domain allowlist, names.go, dns.go,
-// peek.go, package userstack/inspect) it answers the sandbox's DNS itself with synthetic addresses,
+// by host name. With Config.Names (the domain allowlist: packages
+// userstack/names and userstack/inspect, peek.go) it answers the sandbox's DNS itself with synthetic addresses,
 // decides flows by name and port, checks a TCP flow's TLS SNI or HTTP
 // Host before relaying a byte of it (the host is dialed at the SYN, as
 // for an address), and refuses the open internet. IPv4
@@ -114,8 +114,7 @@
 // workers.go), the TCP relay (tcp.go's theory of operation; tcp_input.go,
 // tcp_output.go, tcp_host.go, tcp_timers.go, tcpseg.go), the memory
 // budget (mem.go), UDP (udp.go), ICMP and unreachables (icmp.go, ping.go,
-// unreach.go), the DNS relay and server (dns.go), names and the synthetic
-// address pool (names.go), the deferred dial of a flow to a name and its
+// unreach.go), the deferred dial of a flow to a name and its
 // watch (peek.go, peekwatch.go), the wait for the IPv6 gate (ready6.go),
 // the host-loopback choice of the gateway's host ports (hostport.go), the
 // ask mode's hold (ask.go), the allowed-flow
@@ -131,6 +130,12 @@
 //     and never blocks or records; it owns the policy wrapper, the host
 //     ports, the IPv6 gate's lookup and a name's host-side address, and
 //     asks the names through a narrow interface.
+//   - [github.com/claude-sandbox/claude-sandbox/userstack/names]: the
+//     domain allowlist's names: the synthetic address pool, the host-side
+//     resolver's cache (single flight, background lookups) and the DNS
+//     server the sandbox's resolv.conf names, with no pointer to the
+//     stack (its dependencies come as funcs: clock, logger, a bounded
+//     worker spawner, the block recorder, the UDP writer).
 //   - [github.com/claude-sandbox/claude-sandbox/userstack/sniff]: what a
 //     flow's first bytes claim (a ClientHello's SNI, an HTTP request's
 //     Host); pure, fuzzed parsers.

@@ -133,8 +133,8 @@ func (st *Stack) noteUDP(src, dst, target netip.AddrPort, local bool, rule strin
 	}
 	f := Flow{Proto: netpolicy.ProtoUDP, Src: src, Dst: dst, Target: target, Rule: rule}
 	switch {
-	case st.names != nil && st.names.inPool(dst.Addr()):
-		f.Name, _ = st.names.nameOf(dst.Addr())
+	case st.names != nil && st.names.InPool(dst.Addr()):
+		f.Name, _ = st.names.NameOf(dst.Addr())
 		f.Rule = "name " + f.Name
 	case local && dst.Port() == netpolicy.DNSPort:
 		f.Rule = "dns (the host's resolver)"

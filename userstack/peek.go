@@ -8,7 +8,7 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
 )
 
-// First bytes, for TCP flows to names (names.go).
+// First bytes, for TCP flows to names (package names).
 //
 // A flow to a name connects as a flow to an address does (issue 30): the
 // name is resolved on the host side when the sandbox's SYN comes, the
@@ -86,7 +86,7 @@ func (p *peekState) timerFired(*loopTimer) {
 	d, watch := p.in.Timeout(held, time.Since(p.started))
 	p.act(d, watch)
 	if d.Verdict == inspect.NeedMore {
-		p.arm(f.st.names.cfg.PeekTimeout)
+		p.arm(f.st.names.PeekTimeout())
 	}
 }
 
@@ -148,7 +148,7 @@ func (f *tcpFlow) startName(d admission.Decision) {
 		if f.state != tcpDialing {
 			return
 		}
-		fd, err := st.names.startDNSTCP(f.key.dst)
+		fd, err := st.names.StartTCP(f.key.dst)
 		if err != nil {
 			f.dialFailed(err)
 			return
@@ -191,7 +191,7 @@ func (f *tcpFlow) dialName(name string) {
 func (f *tcpFlow) peekEstablished() {
 	p := f.peek
 	p.started = time.Now()
-	p.arm(f.st.names.cfg.PeekTimeout)
+	p.arm(f.st.names.PeekTimeout())
 }
 
 // rcvRoom is how much more of the sandbox's data the flow buffers: while

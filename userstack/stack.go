@@ -26,6 +26,7 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 	"github.com/claude-sandbox/claude-sandbox/userstack/blocklog"
+	"github.com/claude-sandbox/claude-sandbox/userstack/names"
 )
 
 // Dialer opens host-side connections, for an embedder that needs its own
@@ -182,7 +183,7 @@ type Config struct {
 	// Pinger proxies ICMP echo to allowed destinations; nil leaves them
 	// unanswered (ping shows loss while TCP and UDP work).
 	Pinger Pinger
-	// Names, when set, turns the domain allowlist on (names.go): the
+	// Names, when set, turns the domain allowlist on (package names): the
 	// stack answers DNS at VirtualDNS itself, hands out synthetic
 	// addresses for allowed names, and refuses the open internet.
 	Names *NameConfig
@@ -252,7 +253,7 @@ type Stack struct {
 	tcpLive      atomic.Int32 // len(tcp), for the flows' shares
 
 	heldUDP   atomic.Int32        // datagrams held for the IPv6 gate (ready6.go)
-	names     *names              // the domain allowlist, nil when off (names.go)
+	names     *names.Names        // the domain allowlist, nil when off (package names)
 	adm       *admission.Admitter // the one admission point of new flows (package admission)
 	blocks    *blocklog.Log       // records on their way to OnBlock and OnEvict (blocklog.go)
 	evictions atomic.Uint64
@@ -335,7 +336,7 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	}
 	st.ctx, st.cancel = context.WithCancel(context.Background())
 	if cfg.Names != nil {
-		n, err := newNames(st.nameDeps(), *cfg.Names)
+		n, err := names.New(st.nameDeps(), *cfg.Names)
 		if err != nil {
 			st.cancel()
 			s.Close()
@@ -459,7 +460,7 @@ func (st *Stack) upstream() (netip.AddrPort, bool) {
 }
 
 // blockName records a refused flow or query; name is the host name when
-// the domain allowlist decided it (names.go), "" for a flow decided by
+// the domain allowlist decided it (package names), "" for a flow decided by
 // address. Every block record of the stack is made here.
 func (st *Stack) blockName(proto netpolicy.Proto, dst netip.AddrPort, name, rule string) {
 	// No Logf here: a flood of refused flows (or of queries for names

@@ -130,7 +130,7 @@ func (st *Stack) newTCP(in *tcpIn) {
 	// An allowed IPv6 destination may wait for the IPv6 gate (ready6.go):
 	// on a worker, as a Dialer's dial does (Wait). A name's flow (Inspect)
 	// is dialed by peek.go; the stack's own resolver (LocalDNS without a
-	// target) is served by dns.go.
+	// target) is served by package names.
 	named := d.Action == admission.Inspect
 	ownDNS := d.Action == admission.LocalDNS && !d.Target.IsValid()
 	opts := header.ParseSynOptions(h.Options(), false)

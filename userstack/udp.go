@@ -248,7 +248,7 @@ func (f *udpFlow) currentLocked(k netip.AddrPort, p udpPeer) bool {
 	ok := false
 	switch {
 	case !p.sent:
-	case st.names != nil && st.names.inPool(p.sandbox.Addr()):
+	case st.names != nil && st.names.InPool(p.sandbox.Addr()):
 		// A name's address: decided as admission decides its target.
 		ok = st.adm.TargetAllowed(netpolicy.ProtoUDP, k)
 	default:
@@ -450,7 +450,7 @@ func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer
 	var small [4][]byte
 	data := payloadSlices(small[:0], pkt, pkt.Data().Size())
 	if st.names != nil && dst.Port() == netpolicy.DNSPort && st.adm.IsLocal(dst.Addr()) {
-		st.names.serveDNSUDP(src, dst, data) // the stack's own resolver (dns.go)
+		st.names.ServeUDP(src, dst, data) // the stack's own resolver (package names)
 		return true
 	}
 	return st.sendUDP(key, data)

@@ -1,9 +1,16 @@
-package userstack
+// Package names is the egress stack's half of the domain allowlist: the
+// synthetic address pool (one address per name for the stack's life,
+// never reused), the host-side resolver's cache with its single flight,
+// the background lookups, and the DNS server the sandbox's resolv.conf
+// names (dns.go) with its client of the host's resolver. It holds no
+// pointer to the stack: what it needs of it comes in [Deps].
+package names
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -29,14 +36,14 @@ import (
 // name that resolves into a private range stays refused: no DNS
 // rebinding into the host's network). A TCP flow to a name is dialed at
 // its SYN, as a flow to an address is, but nothing the sandbox sends
-// reaches the host before its first bytes are seen (peek.go): a TLS
+// reaches the host before its first bytes are seen (package userstack's peek.go): a TLS
 // ClientHello's SNI, or an HTTP request's Host, must be the flow's name. Everything else on the
 // internet (an IP literal) is refused unless an allow-ip/allow-cidr entry
 // names it: default-deny.
 
-// NameRules is the domain allowlist the stack enforces; a
+// Rules is the domain allowlist the stack enforces; a
 // *netpolicy.Domains is one.
-type NameRules interface {
+type Rules interface {
 	// AllowName reports whether name may be resolved at all.
 	AllowName(name string) (ok bool, rule string)
 	// Allow reports whether a connection to name on port may be made.
@@ -73,10 +80,10 @@ var (
 // a client waiting for a banner does not notice it.
 const DefaultPeekTimeout = 250 * time.Millisecond
 
-// NameConfig turns the domain allowlist on (Config.Names).
-type NameConfig struct {
+// Config turns the domain allowlist on (the stack's Config.Names).
+type Config struct {
 	// Rules decide names and ports (required).
-	Rules NameRules
+	Rules Rules
 	// Pool4 and Pool6 are the synthetic address pools; zero: DefaultPool4,
 	// DefaultPool6. Pool4 must hold at least 4 addresses, Pool6 be /64 or
 	// wider.
@@ -88,14 +95,13 @@ type NameConfig struct {
 	PeekTimeout time.Duration
 }
 
-// names is the stack's half of the allowlist: the pool, the host-side
+// Names is the stack's half of the allowlist: the pool, the host-side
 // resolver's cache with its single flight, the background lookups and
-// the DNS server (dns.go). It holds no pointer to the stack: what it
-// needs of it comes in nameDeps.
-type names struct {
-	deps  nameDeps
-	rules NameRules
-	cfg   NameConfig
+// the DNS server (dns.go). Safe for concurrent use.
+type Names struct {
+	deps  Deps
+	rules Rules
+	cfg   Config
 
 	mu     sync.Mutex
 	byName map[string]*nameEntry
@@ -112,51 +118,32 @@ type names struct {
 	bgSlots     chan struct{} // background lookups under way (prefetch, a UDP flow to a name)
 }
 
-// nameDeps is what the names side takes from the stack, injected.
-type nameDeps struct {
-	// ctx ends when the stack closes.
-	ctx context.Context
-	// now is the clock (cache expiry); logf logs.
-	now  func() time.Time
-	logf func(string, ...any)
-	// spawn runs fn on a worker the stack bounds and waits for at Close;
+// Deps is what the names side takes from the stack, injected.
+type Deps struct {
+	// Ctx ends when the stack closes.
+	Ctx context.Context
+	// Now is the clock (cache expiry); Logf logs.
+	Now  func() time.Time
+	Logf func(string, ...any)
+	// Spawn runs fn on a worker the stack bounds and waits for at Close;
 	// false: the stack is closing, fn was not started.
-	spawn func(fn func()) bool
-	// resolve asks the host's resolver for name's records of type t
-	// (addresses, TTL, rcode); forward relays question q to it (the
-	// records of another type).
-	resolve func(ctx context.Context, name string, t dnsmessage.Type) ([]netip.Addr, uint32, dnsmessage.RCode, error)
-	forward func(ctx context.Context, name string, q dnsmessage.Question) (dnsmessage.RCode, []dnsmessage.Resource, error)
-	// block records a refused query or connection (name "" for none).
-	block func(proto netpolicy.Proto, dst netip.AddrPort, name, rule string)
-	// noteDNS tells the allowed-flow hook of an answered query.
-	noteDNS func(proto netpolicy.Proto, to netip.AddrPort, name string, t dnsmessage.Type, rule string)
-	// writeUDP sends a datagram to the sandbox (an answer over UDP): the
-	// payload is buf[udpHeadroom:][:n].
-	writeUDP func(buf []byte, n int, src, dst netip.AddrPort) error
-	// ask: the ask mode is on (a name off the allowlist gets an address).
-	ask bool
-}
-
-// nameDeps is the stack's side of the names' dependencies.
-func (st *Stack) nameDeps() nameDeps {
-	return nameDeps{
-		ctx:  st.ctx,
-		now:  st.cfg.Now,
-		logf: st.cfg.Logf,
-		spawn: func(fn func()) bool {
-			return st.goFlow(func() {
-				defer st.wg.Done()
-				fn()
-			})
-		},
-		resolve:  st.resolveUpstream,
-		forward:  st.forwardUpstream,
-		block:    st.blockName,
-		noteDNS:  st.noteDNS,
-		writeUDP: st.writeUDP,
-		ask:      st.cfg.Ask != nil,
+	Spawn func(fn func()) bool
+	// Upstream is the host's resolver (zero: none), dialed on the host
+	// side through Dialer (nil: net.Dialer).
+	Upstream netip.AddrPort
+	Dialer   interface {
+		DialContext(ctx context.Context, network, address string) (net.Conn, error)
 	}
+	// Block records a refused query or connection (name "" for none).
+	Block func(proto netpolicy.Proto, dst netip.AddrPort, name, rule string)
+	// NoteDNS tells the allowed-flow hook of an answered query.
+	NoteDNS func(proto netpolicy.Proto, to netip.AddrPort, name string, t dnsmessage.Type, rule string)
+	// WriteUDP sends a datagram to the sandbox (an answer over UDP), its
+	// payload buf[Headroom:][:n], from src to dst.
+	WriteUDP func(buf []byte, n int, src, dst netip.AddrPort) error
+	Headroom int
+	// Ask: the ask mode is on (a name off the allowlist gets an address).
+	Ask bool
 }
 
 // lookupCall is one lookup upstream under way; done is closed once its
@@ -186,11 +173,11 @@ type cacheEntry struct {
 	expires time.Time
 }
 
-// dnsTTLMin is the least time, in seconds, an upstream answer is cached:
+// TTLMin is the least time, in seconds, an upstream answer is cached:
 // an answer with TTL 0 would expire as it is written, and every datagram
 // of a UDP flow to the name (which waits for a fresh answer, never
 // upstream) would ask upstream again without ever being relayed.
-const dnsTTLMin = 5
+const TTLMin = 5
 
 // dnsNegTTL is how long, in seconds, an answer without addresses
 // (NXDOMAIN, NODATA, SERVFAIL) or a failed lookup (a timeout, an
@@ -199,20 +186,21 @@ const dnsTTLMin = 5
 // meanwhile.
 const dnsNegTTL = 5
 
-// maxDNSInFlight bounds the sandbox's queries being resolved at once;
+// MaxDNSInFlight bounds the sandbox's queries being resolved at once;
 // more are dropped (the resolver library retries).
-const maxDNSInFlight = 64
+const MaxDNSInFlight = 64
 
-// maxBackgroundLookups bounds the lookups upstream that no query waits
+// MaxBackgroundLookups bounds the lookups upstream that no query waits
 // for (prefetch, a UDP flow to a name) under way at once; more are not started.
-const maxBackgroundLookups = 16
+const MaxBackgroundLookups = 16
 
-// maxCachedAddrs bounds the addresses kept of one answer upstream (the
+// MaxCachedAddrs bounds the addresses kept of one answer upstream (the
 // first ones, in its order): an answer over TCP can carry ~4,000, for each
 // of the cache's 4,096 entries.
-const maxCachedAddrs = 32
+const MaxCachedAddrs = 32
 
-func newNames(deps nameDeps, cfg NameConfig) (*names, error) {
+// New returns the names side for cfg.
+func New(deps Deps, cfg Config) (*Names, error) {
 	if cfg.Rules == nil {
 		return nil, errors.New("the egress stack's domain allowlist has no rules")
 	}
@@ -229,27 +217,27 @@ func newNames(deps nameDeps, cfg NameConfig) (*names, error) {
 	if cfg.PeekTimeout <= 0 {
 		cfg.PeekTimeout = DefaultPeekTimeout
 	}
-	return &names{
+	return &Names{
 		deps: deps, rules: cfg.Rules, cfg: cfg,
 		byName:      map[string]*nameEntry{},
 		byAddr:      map[netip.Addr]*nameEntry{},
 		cache:       map[cacheKey]cacheEntry{},
 		lookups:     map[cacheKey]*lookupCall{},
-		dnsSlots:    make(chan struct{}, maxDNSInFlight),
-		dnsTCPSlots: make(chan struct{}, maxDNSTCPConns),
-		bgSlots:     make(chan struct{}, maxBackgroundLookups),
+		dnsSlots:    make(chan struct{}, MaxDNSInFlight),
+		dnsTCPSlots: make(chan struct{}, MaxDNSTCPConns),
+		bgSlots:     make(chan struct{}, MaxBackgroundLookups),
 	}, nil
 }
 
 // inPool reports whether a is a synthetic address (handed out or not).
-func (n *names) inPool(a netip.Addr) bool {
+func (n *Names) inPool(a netip.Addr) bool {
 	a = a.Unmap()
 	return n.cfg.Pool4.Contains(a) || n.cfg.Pool6.Contains(a)
 }
 
-// maxNames bounds the names given a synthetic address (a variable for the
+// MaxNames bounds the names given a synthetic address (a variable for the
 // tests).
-var maxNames = 1 << 16
+var MaxNames = 1 << 16
 
 // errPoolFull: every address of a pool is taken.
 var errPoolFull = errors.New("the synthetic address pool is exhausted")
@@ -257,7 +245,7 @@ var errPoolFull = errors.New("the synthetic address pool is exhausted")
 // synthetic returns name's synthetic address of the family v6 asks for,
 // allocating it on first use: stable for the stack's life, never given to
 // another name.
-func (n *names) synthetic(name string, v6 bool) (netip.Addr, error) {
+func (n *Names) synthetic(name string, v6 bool) (netip.Addr, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e := n.byName[name]
@@ -265,7 +253,7 @@ func (n *names) synthetic(name string, v6 bool) (netip.Addr, error) {
 		// Entries are kept for the stack's life (an address is never
 		// given to another name): a sandbox asking for name after name
 		// under an allowed wildcard would grow the table without end.
-		if len(n.byName) >= maxNames {
+		if len(n.byName) >= MaxNames {
 			return netip.Addr{}, errTooManyNames
 		}
 		e = &nameEntry{name: name}
@@ -286,13 +274,13 @@ func (n *names) synthetic(name string, v6 bool) (netip.Addr, error) {
 	return *addr, nil
 }
 
-// errTooManyNames: maxNames names have a synthetic address already.
+// errTooManyNames: MaxNames names have a synthetic address already.
 var errTooManyNames = errors.New("too many names")
 
 // alloc4 takes the next IPv4 address of the pool, skipping the pool's
 // first and last and every address ending in .0 or .255 (some software
 // still takes them for network or broadcast addresses).
-func (n *names) alloc4() (netip.Addr, error) {
+func (n *Names) alloc4() (netip.Addr, error) {
 	size := uint32(1) << (32 - n.cfg.Pool4.Bits())
 	base := n.cfg.Pool4.Addr().As4()
 	b := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
@@ -309,7 +297,7 @@ func (n *names) alloc4() (netip.Addr, error) {
 
 // alloc6 takes the next IPv6 address of the pool (its interface
 // identifier counts up from 1).
-func (n *names) alloc6() (netip.Addr, error) {
+func (n *Names) alloc6() (netip.Addr, error) {
 	if n.next6 == 1<<63 {
 		return netip.Addr{}, errPoolFull
 	}
@@ -324,7 +312,7 @@ func (n *names) alloc6() (netip.Addr, error) {
 }
 
 // nameOf maps a synthetic address back to its name.
-func (n *names) nameOf(a netip.Addr) (string, bool) {
+func (n *Names) nameOf(a netip.Addr) (string, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e := n.byAddr[a.Unmap()]
@@ -334,13 +322,9 @@ func (n *names) nameOf(a netip.Addr) (string, bool) {
 	return e.name, true
 }
 
-// SyntheticAddr returns the synthetic address handed out for name (IPv6
-// when v6), if there is one. For tests and diagnostics.
-func (st *Stack) SyntheticAddr(name string, v6 bool) (netip.Addr, bool) {
-	if st.names == nil {
-		return netip.Addr{}, false
-	}
-	n := st.names
+// Addr returns the synthetic address handed out for name (IPv6 when
+// v6), if there is one. For tests and diagnostics.
+func (n *Names) Addr(name string, v6 bool) (netip.Addr, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e := n.byName[inspect.Canon(name)]
@@ -355,8 +339,8 @@ func (st *Stack) SyntheticAddr(name string, v6 bool) (netip.Addr, bool) {
 
 // cachedTTL returns what the cache holds, fresh, for name and t, and the
 // TTL of its entry for them, fresh or not (0: none).
-func (n *names) cachedTTL(name string, t dnsmessage.Type) ([]netip.Addr, uint32) {
-	now := n.deps.now()
+func (n *Names) cachedTTL(name string, t dnsmessage.Type) ([]netip.Addr, uint32) {
+	now := n.deps.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e, ok := n.cache[cacheKey{name, t}]
@@ -367,16 +351,16 @@ func (n *names) cachedTTL(name string, t dnsmessage.Type) ([]netip.Addr, uint32)
 }
 
 // lookup resolves name's records of type t (A or AAAA) through the
-// upstream resolver, cached for their TTL (at least dnsTTLMin, at most 5
+// upstream resolver, cached for their TTL (at least TTLMin, at most 5
 // minutes; a failure or a negative answer for dnsNegTTL).
 //
 // One lookup per name and type is under way at a time: a caller that
 // finds one waits for its result (or its own ctx) instead of asking
 // upstream again, so a flood of queries or datagrams for a name the
 // upstream is slow to answer costs one query upstream, not one each.
-func (n *names) lookup(ctx context.Context, name string, t dnsmessage.Type) ([]netip.Addr, dnsmessage.RCode, error) {
+func (n *Names) lookup(ctx context.Context, name string, t dnsmessage.Type) ([]netip.Addr, dnsmessage.RCode, error) {
 	key := cacheKey{name, t}
-	now := n.deps.now()
+	now := n.deps.Now()
 	n.mu.Lock()
 	if e, ok := n.cache[key]; ok && now.Before(e.expires) {
 		n.mu.Unlock()
@@ -403,8 +387,8 @@ func (n *names) lookup(ctx context.Context, name string, t dnsmessage.Type) ([]n
 }
 
 // lookupUpstream asks upstream for key and caches what it answered.
-func (n *names) lookupUpstream(ctx context.Context, key cacheKey, now time.Time) ([]netip.Addr, dnsmessage.RCode, error) {
-	addrs, ttl, rcode, err := n.deps.resolve(ctx, key.name, key.qtype)
+func (n *Names) lookupUpstream(ctx context.Context, key cacheKey, now time.Time) ([]netip.Addr, dnsmessage.RCode, error) {
+	addrs, ttl, rcode, err := n.resolveUpstream(ctx, key.name, key.qtype)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The caller gave up (or the stack closes): not the upstream's
@@ -415,7 +399,7 @@ func (n *names) lookupUpstream(ctx context.Context, key cacheKey, now time.Time)
 	case len(addrs) == 0:
 		ttl = dnsNegTTL
 	default:
-		ttl = max(min(ttl, dnsTTLMax), dnsTTLMin)
+		ttl = max(min(ttl, dnsTTLMax), TTLMin)
 	}
 	n.mu.Lock()
 	if len(n.cache) >= 4096 {
@@ -432,11 +416,11 @@ func (n *names) lookupUpstream(ctx context.Context, key cacheKey, now time.Time)
 
 // background looks name's records of types up on a worker, for a cache
 // no query waits on (prefetch, a UDP flow to a name): not when each is fresh or
-// already being looked up, and not when maxBackgroundLookups are under
+// already being looked up, and not when MaxBackgroundLookups are under
 // way (the trigger, a datagram or a query, comes again). fresh: every
 // one of types was fresh in the cache, nothing was started.
-func (n *names) background(name string, types ...dnsmessage.Type) (fresh bool) {
-	now := n.deps.now()
+func (n *Names) background(name string, types ...dnsmessage.Type) (fresh bool) {
+	now := n.deps.Now()
 	var want []dnsmessage.Type
 	fresh = true
 	n.mu.Lock()
@@ -460,10 +444,10 @@ func (n *names) background(name string, types ...dnsmessage.Type) (fresh bool) {
 	default:
 		return false
 	}
-	if !n.deps.spawn(func() {
+	if !n.deps.Spawn(func() {
 		defer func() { <-n.bgSlots }()
 		for _, t := range want {
-			n.lookup(n.deps.ctx, name, t) //nolint:errcheck
+			n.lookup(n.deps.Ctx, name, t) //nolint:errcheck
 		}
 	}) {
 		<-n.bgSlots
@@ -471,13 +455,65 @@ func (n *names) background(name string, types ...dnsmessage.Type) (fresh bool) {
 	return false
 }
 
-// NameOf returns the name a synthetic address stands for, for tests and
-// diagnostics.
-func (st *Stack) NameOf(a netip.Addr) (string, bool) {
-	if st.names == nil {
-		return "", false
+// The admitter's side (package admission's Names interface).
+
+// InPool reports whether a is a synthetic address (handed out or not).
+func (n *Names) InPool(a netip.Addr) bool { return n.inPool(a) }
+
+// NameOf maps a synthetic address handed out back to its name.
+func (n *Names) NameOf(a netip.Addr) (string, bool) { return n.nameOf(a) }
+
+// Allow is the rules' verdict on name and port.
+func (n *Names) Allow(name string, port uint16) (bool, string) { return n.rules.Allow(name, port) }
+
+// Cached returns name's addresses of a family (AAAA when v6) fresh in the
+// cache, and the TTL of the cache's entry, fresh or not.
+func (n *Names) Cached(name string, v6 bool) ([]netip.Addr, uint32) {
+	return n.cachedTTL(name, qtype(v6))
+}
+
+// Background starts a lookup of name's records of a family on a worker
+// unless they are fresh or being looked up; true: they were fresh.
+func (n *Names) Background(name string, v6 bool) bool { return n.background(name, qtype(v6)) }
+
+// Lookup resolves name's records of a family (may block; cached, one
+// lookup per name and type at a time).
+func (n *Names) Lookup(ctx context.Context, name string, v6 bool) ([]netip.Addr, error) {
+	addrs, _, err := n.lookup(ctx, name, qtype(v6))
+	return addrs, err
+}
+
+func qtype(v6 bool) dnsmessage.Type {
+	if v6 {
+		return dnsmessage.TypeAAAA
 	}
-	return st.names.nameOf(a)
+	return dnsmessage.TypeA
+}
+
+// Pool4 is the IPv4 synthetic pool.
+func (n *Names) Pool4() netip.Prefix { return n.cfg.Pool4 }
+
+// PeekTimeout is how long a TCP flow to a name waits for its first bytes.
+func (n *Names) PeekTimeout() time.Duration { return n.cfg.PeekTimeout }
+
+// Held returns how many names have a synthetic address and how many
+// addresses are handed out. For tests.
+func (n *Names) Held() (names, addrs int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.byName), len(n.byAddr)
+}
+
+// MostCached returns the most addresses the cache holds for one name and
+// type. For tests.
+func (n *Names) MostCached() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	most := 0
+	for _, e := range n.cache {
+		most = max(most, len(e.addrs))
+	}
+	return most
 }
 
 // dedupAddrs drops repeated addresses, keeping the upstream order.
