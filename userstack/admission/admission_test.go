@@ -457,3 +457,26 @@ func TestCheckNeverAsks(t *testing.T) {
 		}
 	}
 }
+
+// The cost of one decision on the connection path: a TCP flow to an
+// internet address (plain policy) and to a name (allowlist).
+func BenchmarkAdmit(b *testing.B) {
+	a, _, _ := newAdmitter(variant{gateOpen: true})
+	dst := netip.MustParseAddrPort("93.184.216.34:443")
+	b.Run("address", func(b *testing.B) {
+		for range b.N {
+			if d := a.Admit(tcp, src, dst); d.Action != Dial {
+				b.Fatal(d)
+			}
+		}
+	})
+	n, _, _ := newAdmitter(variant{names: true, gateOpen: true})
+	syn := netip.AddrPortFrom(synAllowed, 443)
+	b.Run("name", func(b *testing.B) {
+		for range b.N {
+			if d := n.Admit(tcp, src, syn); d.Action != Inspect {
+				b.Fatal(d)
+			}
+		}
+	})
+}
