@@ -345,7 +345,13 @@ func BenchmarkJailDomains(b *testing.B) {
 	}
 	out := map[string][][]string{}
 	for i := 0; i < b.N; i++ {
-		for _, r := range rows {
+		order := rows
+		if i%2 == 1 && len(rows) == 6 {
+			// The base's rows first every other time: a row's place in
+			// the sequence is not to favour either binary.
+			order = []row{rows[0], rows[1], rows[4], rows[5], rows[2], rows[3]}
+		}
+		for _, r := range order {
 			host := r.host
 			if host == "" {
 				host = "$A"
