@@ -300,7 +300,9 @@ func contains(list []string, s string) bool {
 // name once and dials its synthetic address (the allowlist's connect path
 // without a query per connection). One launch per row and iteration,
 // each printed; nothing asserted. Run: go test ./integration/ -run '^$'
-// -bench JailDomains -benchtime 1x
+// -bench JailDomains -benchtime 1x. CLAUDE_SANDBOX_BENCH_BASE, when set,
+// names another claude-sandbox binary (one built before a change) whose
+// allowlist rows are measured too, interleaved ("base: ...").
 func BenchmarkJailDomains(b *testing.B) {
 	l := newLab(b)
 	d := &namesLab{names: map[string]string{"api.test.": labInternet}}
@@ -324,19 +326,32 @@ func BenchmarkJailDomains(b *testing.B) {
 	client := testutil.Build(b, "./integration/netbench")
 	probe := testutil.Build(b, "./integration/probe")
 	bin := testutil.Build(b, "./cmd/claude-sandbox")
-	rows := []struct {
+	type row struct {
 		name string
 		opts []string
 		host string // "": the synthetic address, resolved once
-	}{
-		{"jail, literal", nil, labInternet},
-		{"jail, by name", nil, "api.test"},
-		{"allowlist, by name", []string{"--allow-domain", "api.test"}, "api.test"},
-		{"allowlist, resolved once", []string{"--allow-domain", "api.test"}, ""},
+		bin  string
+	}
+	rows := []row{
+		{"jail, literal", nil, labInternet, bin},
+		{"jail, by name", nil, "api.test", bin},
+		{"allowlist, by name", []string{"--allow-domain", "api.test"}, "api.test", bin},
+		{"allowlist, resolved once", []string{"--allow-domain", "api.test"}, "", bin},
+	}
+	if base := os.Getenv("CLAUDE_SANDBOX_BENCH_BASE"); base != "" {
+		for _, r := range rows[2:] {
+			rows = append(rows, row{"base: " + r.name, r.opts, r.host, base})
+		}
 	}
 	out := map[string][][]string{}
 	for i := 0; i < b.N; i++ {
-		for _, r := range rows {
+		order := rows
+		if i%2 == 1 && len(rows) == 6 {
+			// The base's rows first every other time: a row's place in
+			// the sequence is not to favour either binary.
+			order = []row{rows[0], rows[1], rows[4], rows[5], rows[2], rows[3]}
+		}
+		for _, r := range order {
 			host := r.host
 			if host == "" {
 				host = "$A"
@@ -344,7 +359,7 @@ func BenchmarkJailDomains(b *testing.B) {
 			steps := "cpse " + host + ":5103 500 cps " + host + ":5104 8 rr " + host + ":5103 2000"
 			args := append(append([]string{"run"}, r.opts...), "--", "sh", "-c",
 				"A=$("+probe+" resolve api.test | cut -d' ' -f1) && exec "+client+" "+steps)
-			res := testutil.Run(b, l.jailCmd(0, bin, args...))
+			res := testutil.Run(b, l.jailCmd(0, r.bin, args...))
 			if res.Code != 0 {
 				b.Fatalf("%s: %v", r.name, res)
 			}

@@ -99,7 +99,7 @@ type Jail struct {
 	pubWG  sync.WaitGroup // the published ports' serving goroutines
 
 	// viaDefault are the host routes through a default route's gateway
-	// that refused a flow (netpolicy.ViaDefaultRoute), for the summary's
+	// that refused a flow (netpolicy.Block.ViaDefault), for the summary's
 	// hint at --internet-cidr; at most maxViaDefaultNamed (under mu).
 	viaDefault []netip.Prefix
 
@@ -319,7 +319,7 @@ func (j *Jail) record(b netpolicy.Block) {
 	j.blockOwner(&b, netip.AddrPort{})
 	j.mu.Lock()
 	j.tally.Add(b)
-	if p, ok := netpolicy.ViaDefaultRoute(b.Rule); ok && len(j.viaDefault) < maxViaDefaultNamed && !slices.Contains(j.viaDefault, p) {
+	if p := b.ViaDefault; p.IsValid() && len(j.viaDefault) < maxViaDefaultNamed && !slices.Contains(j.viaDefault, p) {
 		j.viaDefault = append(j.viaDefault, p)
 	}
 	j.mu.Unlock()

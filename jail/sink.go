@@ -108,11 +108,11 @@ func (s *sink) refuseAsk(p []byte, askOK bool) []byte {
 }
 
 func (s *sink) note(proto netpolicy.Proto, src, dst netip.AddrPort) {
-	rule := "blocked range"
+	rule, via := "blocked range", netip.Prefix{}
 	if v := s.pol.Check(proto, dst); !v.Allowed {
-		rule = v.Rule
+		rule, via = v.Rule, v.ViaDefaultRoute()
 	}
-	b := netpolicy.Block{Proto: proto, Dst: dst, Rule: rule}
+	b := netpolicy.Block{Proto: proto, Dst: dst, Rule: rule, ViaDefault: via}
 	if s.owner != nil {
 		s.owner(&b, src)
 	}

@@ -27,8 +27,9 @@ func TestSummaryNamesRoutesViaDefaultGateway(t *testing.T) {
 	j = New(&Setup{Policy: netpolicy.MustNew(netpolicy.Config{})}, Options{Summary: &sum})
 	for i := range 2 * maxViaDefaultNamed {
 		rule := fmt.Sprintf("host route 198.18.%d.0/24 via the default gateway", i)
+		via := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i), 0}), 24)
 		for range 2 {
-			j.record(netpolicy.Block{Proto: netpolicy.ProtoTCP, Dst: netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i), 1}), 443), Rule: rule})
+			j.record(netpolicy.Block{Proto: netpolicy.ProtoTCP, Dst: netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i), 1}), 443), Rule: rule, ViaDefault: via})
 		}
 	}
 	j.Close()
@@ -38,5 +39,28 @@ func TestSummaryNamesRoutesViaDefaultGateway(t *testing.T) {
 	}
 	if strings.Contains(sum.String(), fmt.Sprintf("198.18.%d.0/24", maxViaDefaultNamed)) {
 		t.Errorf("summary names more than %d routes:\n%s", maxViaDefaultNamed, sum.String())
+	}
+}
+
+// The summary goes by the block's typed route (Block.ViaDefault, from
+// the policy's verdict), not by its text: a rule that only reads like
+// one (a name's refusal quoting it, a record made elsewhere) is not
+// named, and the sink's own records carry the route.
+func TestSummaryViaDefaultTyped(t *testing.T) {
+	var sum bytes.Buffer
+	j := New(&Setup{Policy: netpolicy.MustNew(netpolicy.Config{})}, Options{Summary: &sum})
+	j.record(netpolicy.Block{Proto: netpolicy.ProtoTCP, Dst: netip.MustParseAddrPort("198.18.9.1:443"), Rule: "host route 198.18.9.0/24 via the default gateway"})
+	j.Close()
+	if strings.Contains(sum.String(), "--internet-cidr") {
+		t.Errorf("a block without a typed route was named from its text:\n%s", sum.String())
+	}
+
+	route := netip.MustParsePrefix("198.18.9.0/24")
+	pol := netpolicy.MustNew(netpolicy.Config{HostRoutes: []netip.Prefix{route}, ViaDefault: []netip.Prefix{route}})
+	var got []netpolicy.Block
+	s := &sink{pol: pol, record: func(b netpolicy.Block) { got = append(got, b) }}
+	s.note(netpolicy.ProtoTCP, netip.MustParseAddrPort("10.0.2.100:40000"), netip.MustParseAddrPort("[::ffff:198.18.9.1]:443"))
+	if len(got) != 1 || got[0].ViaDefault != route {
+		t.Errorf("sink's record: %+v, want ViaDefault %v", got, route)
 	}
 }

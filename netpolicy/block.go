@@ -21,6 +21,11 @@ type Block struct {
 	Name string `json:"name,omitempty"`
 	// Rule is the [Verdict.Rule] that refused the flow.
 	Rule string `json:"rule"`
+	// ViaDefault is the host route through a default route's gateway
+	// that refused the flow ([Verdict.ViaDefaultRoute]): the exit summary
+	// names those, which --internet-cidr exempts when they are internet.
+	// Zero for any other refusal. Not in the block log (Rule says it).
+	ViaDefault netip.Prefix `json:"-"`
 	// The process behind the flow, when the jail found it (its socket
 	// still open when looked up): its pid in the sandbox, its argv and
 	// working directory, bounded and escaped (package flowowner).

@@ -15,14 +15,21 @@ func TestInternetCIDRLiftsHostRoutesOnly(t *testing.T) {
 	if v.Allowed || v.Rule != "host route 198.18.50.0/24 via the default gateway" {
 		t.Fatalf("via the default gateway: %+v, want blocked naming the gateway", v)
 	}
-	if p, ok := ViaDefaultRoute(v.Rule); !ok || p != route {
-		t.Errorf("ViaDefaultRoute(%q) = %v %v", v.Rule, p, ok)
+	if p := v.ViaDefaultRoute(); !v.ViaDefault || p != route {
+		t.Errorf("%+v: ViaDefaultRoute() = %v, want %v", v, p, route)
 	}
-	if v := MustNew(cfg).Check(ProtoTCP, netip.AddrPortFrom(netip.MustParseAddr("203.0.113.1"), 443)); v.Allowed || v.Rule != "host route 203.0.113.0/24" {
+	// Its IPv4-mapped and NAT64 forms are the same route.
+	for _, a := range []string{"::ffff:198.18.50.9", "64:ff9b::198.18.50.9"} {
+		if v := MustNew(cfg).Check(ProtoTCP, netip.AddrPortFrom(netip.MustParseAddr(a), 443)); v.ViaDefaultRoute() != route {
+			t.Errorf("%s: %+v, want via the default gateway %v", a, v, route)
+		}
+	}
+	v = MustNew(cfg).Check(ProtoTCP, netip.AddrPortFrom(netip.MustParseAddr("203.0.113.1"), 443))
+	if v.Allowed || v.Rule != "host route 203.0.113.0/24" {
 		t.Errorf("another host route: %+v", v)
 	}
-	if _, ok := ViaDefaultRoute("host route 203.0.113.0/24"); ok {
-		t.Error("a host route through another hop counted as via the default gateway")
+	if v.ViaDefault || v.ViaDefaultRoute().IsValid() {
+		t.Errorf("a host route through another hop counted as via the default gateway: %+v", v)
 	}
 
 	cfg.Internet = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("10.0.0.0/8")}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync/atomic"
 )
 
@@ -60,8 +59,7 @@ type Verdict struct {
 	// Rule says which rule decided, for logs and error messages only, e.g.
 	// "private range 10.0.0.0/8", "allow-ip 10.1.2.3", "dns resolver
 	// 10.0.0.2:53" or "internet". Code given a Verdict decides on Kind
-	// and Entry, not on this text; a [Block] carries only the text, which
-	// [ViaDefaultRoute] reads back for the exit summary.
+	// and Entry, not on this text.
 	Rule string
 	// Kind is what kind of rule decided.
 	Kind VerdictKind
@@ -70,6 +68,20 @@ type Verdict struct {
 	// NAT64 forms of an IPv4 entry it is the IPv4 prefix. Zero for the
 	// other kinds.
 	Entry netip.Prefix
+	// ViaDefault: a block rule that is a host route through a default
+	// route's gateway ([Config.ViaDefault]); Entry is that route. The
+	// exit summary names those ([Block.ViaDefault]).
+	ViaDefault bool
+}
+
+// ViaDefaultRoute returns the host route through a default route's
+// gateway that refused the flow (v.ViaDefault), for [Block.ViaDefault];
+// the zero prefix for any other verdict.
+func (v Verdict) ViaDefaultRoute() netip.Prefix {
+	if v.Allowed || !v.ViaDefault {
+		return netip.Prefix{}
+	}
+	return v.Entry
 }
 
 // VerdictKind is what kind of rule decided a [Verdict].
@@ -145,7 +157,7 @@ type Config struct {
 	HostRoutes []netip.Prefix
 	// ViaDefault are the HostRoutes whose route goes through a default
 	// route's gateway (a static route, DHCP option 121): still internal,
-	// the block's reason says so ([ViaDefaultRoute]), as they are the ones
+	// the block's reason says so ([Verdict.ViaDefault]), as they are the ones
 	// a user may know to be internet.
 	ViaDefault []netip.Prefix
 	// Internet are ranges the user says are internet (--internet-cidr):
@@ -218,6 +230,7 @@ type rule struct {
 	act    action
 	reason string
 	entry  netip.Prefix // the configured prefix prefix is a form of (Verdict.Entry)
+	via    bool         // a host route through a default route's gateway (Verdict.ViaDefault)
 }
 
 type builtin struct {
@@ -322,14 +335,18 @@ hostRoutes:
 				continue hostRoutes
 			}
 		}
-		reason := "host route " + s.String()
+		reason, via := "host route "+s.String(), false
 		for _, v := range cfg.ViaDefault {
 			if v.IsValid() && unmapPrefix(v).Masked() == s {
-				reason += viaDefaultSuffix
+				reason, via = reason+viaDefaultSuffix, true
 				break
 			}
 		}
+		n := len(p.rules)
 		p.addV4(s, actBlock, reason)
+		for i := n; via && i < len(p.rules); i++ {
+			p.rules[i].via = true // the rules (forms) added for this route
+		}
 	}
 	for _, a := range cfg.Allow {
 		pfx, err := checkAllow(a)
@@ -369,19 +386,6 @@ hostRoutes:
 // viaDefaultSuffix ends the reason of a host route through a default
 // route's gateway.
 const viaDefaultSuffix = " via the default gateway"
-
-// ViaDefaultRoute reports whether rule, a block's reason, is a host route
-// through a default route's gateway ([Config.ViaDefault]), and returns
-// its destination: the exit summary names those, which --internet-cidr
-// exempts when they are internet.
-func ViaDefaultRoute(rule string) (netip.Prefix, bool) {
-	i := strings.Index(rule, "host route ")
-	if i < 0 || !strings.HasSuffix(rule, viaDefaultSuffix) {
-		return netip.Prefix{}, false
-	}
-	p, err := netip.ParsePrefix(strings.TrimSuffix(rule[i+len("host route "):], viaDefaultSuffix))
-	return p, err == nil
-}
 
 // MustNew is New that panics on error, for tests and fixed configurations.
 func MustNew(cfg Config) *Policy {
@@ -474,7 +478,7 @@ func (p *Policy) Check(proto Proto, dst netip.AddrPort) Verdict {
 			if r.act == actAllow {
 				return Verdict{Allowed: true, Rule: r.reason, Kind: KindAllow, Entry: r.entry}
 			}
-			return Verdict{Rule: r.reason, Kind: KindBlock, Entry: r.entry}
+			return Verdict{Rule: r.reason, Kind: KindBlock, Entry: r.entry, ViaDefault: r.via}
 		}
 	}
 	return Verdict{Allowed: true, Rule: RuleInternet, Kind: KindInternet}

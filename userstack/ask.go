@@ -30,11 +30,6 @@ import (
 // held for a person (it retries after about five seconds, and fails
 // after two or three tries); a TCP connect waits about two minutes.
 
-// askable reports whether a refusal may be asked about: the hard refusals
-// (the host's loopback, the synthetic pool in another form, a denied
-// name) are never.
-func askableName(rule string) bool { return rule == netpolicy.DomainNotAllowed }
-
 // askTCP asks about the new flow in (refused by rule), and reports
 // whether it may go on (approved once). Otherwise the flow was held
 // (nothing sent) or refused (recorded with rule, and reset).
@@ -83,20 +78,6 @@ func (st *Stack) redeliver(in *tcpIn) (retry, drop func()) {
 		})
 	}
 	return retry, drop
-}
-
-// askOnAddress reports whether a refusal of an address flow (not a name)
-// may be asked about: not the host's loopback or an unspecified address,
-// not the synthetic pool.
-func (st *Stack) askOnAddress(dst netip.AddrPort) bool {
-	if st.cfg.Ask == nil {
-		return false
-	}
-	a := netpolicy.HostSideAddr(dst.Addr())
-	if a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() || !a.IsValid() {
-		return false
-	}
-	return st.names == nil || !st.names.inPool(dst.Addr()) && !st.names.inPool(a)
 }
 
 // RedeliverSYN hands the stack a TCP SYN (a whole IP packet) the sandbox

@@ -5,8 +5,8 @@
 //
 // # What it does
 //
-// Every new flow is checked against the shared
-// [netpolicy.Policy] before anything is dialed. A blocked TCP connection
+// Every new flow is decided once, before anything is dialed, by package
+// userstack/admission against the shared [netpolicy.Policy]. A blocked TCP connection
 // gets a RST at once and a blocked UDP datagram an ICMP port unreachable,
 // and both are reported as a [netpolicy.Block]. Allowed TCP connections are
 // dialed (with a timeout; on the stack's own non-blocking sockets, or
@@ -87,8 +87,8 @@
 // caller supplies a stack.LinkEndpoint: [TUN] in production,
 // channel.Endpoint in tests), does not install kernel routes (package
 // routes), and without Config.Names it neither resolves names nor filters
-// by host name. With Config.Names (the domain allowlist, names.go, dns.go,
-// peek.go, package userstack/inspect) it answers the sandbox's DNS itself with synthetic addresses,
+// by host name. With Config.Names (the domain allowlist: packages
+// userstack/names and userstack/inspect, peek.go) it answers the sandbox's DNS itself with synthetic addresses,
 // decides flows by name and port, checks a TCP flow's TLS SNI or HTTP
 // Host before relaying a byte of it (the host is dialed at the SYN, as
 // for an address), and refuses the open internet. IPv4
@@ -114,15 +114,28 @@
 // workers.go), the TCP relay (tcp.go's theory of operation; tcp_input.go,
 // tcp_output.go, tcp_host.go, tcp_timers.go, tcpseg.go), the memory
 // budget (mem.go), UDP (udp.go), ICMP and unreachables (icmp.go, ping.go,
-// unreach.go), the DNS relay and server (dns.go), names and the synthetic
-// address pool (names.go), the deferred dial of a flow to a name and its
-// watch (peek.go, peekwatch.go), the IPv6 gate (ready6.go), the gateway's
-// host ports (hostport.go), the ask mode's hold (ask.go), the allowed-flow
+// unreach.go), the deferred dial of a flow to a name and its
+// watch (peek.go, peekwatch.go), the wait for the IPv6 gate (ready6.go),
+// the host-loopback choice of the gateway's host ports (hostport.go), the
+// ask mode's hold (ask.go), the allowed-flow
 // and flow-end hooks for the audit log (flowhook.go), and the
-// thin stack-facing side of the packages below (blocklog.go, publish.go,
-// sniffhook.go).
+// thin stack-facing side of the packages below (admit.go, blocklog.go,
+// publish.go, sniffhook.go).
 //
 // Beside it, importing none of it:
+//   - [github.com/claude-sandbox/claude-sandbox/userstack/admission]: the
+//     one admission point: Admit(proto, src, dst) decides every new flow
+//     (refuse with a typed kind, dial, wait on the IPv6 gate, inspect a
+//     name's first bytes, resolve, answer DNS or a host port locally, ask)
+//     and never blocks or records; it owns the policy wrapper, the host
+//     ports, the IPv6 gate's lookup and a name's host-side address, and
+//     asks the names through a narrow interface.
+//   - [github.com/claude-sandbox/claude-sandbox/userstack/names]: the
+//     domain allowlist's names: the synthetic address pool, the host-side
+//     resolver's cache (single flight, background lookups) and the DNS
+//     server the sandbox's resolv.conf names, with no pointer to the
+//     stack (its dependencies come as funcs: clock, logger, a bounded
+//     worker spawner, the block recorder, the UDP writer).
 //   - [github.com/claude-sandbox/claude-sandbox/userstack/sniff]: what a
 //     flow's first bytes claim (a ClientHello's SNI, an HTTP request's
 //     Host); pure, fuzzed parsers.

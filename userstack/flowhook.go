@@ -8,6 +8,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 )
 
 // Flow is a new flow the stack let through (Config.OnFlow), for the
@@ -98,26 +99,25 @@ type FlowEnd struct {
 // the audit log nothing more is done at a flow's end.
 
 // noteTCP tells Config.OnFlow of a TCP flow admitted (newTCP, on the
-// event loop: OnFlow must be quick), with the rule its admission found
-// (rule: the policy's for an address; a name's is nf.rule): nothing is
-// decided again here.
-func (st *Stack) noteTCP(key flowKey, target netip.AddrPort, nf *nameFlow, rule string) {
-	dst := key.dst
+// event loop: OnFlow must be quick), with the decision its admission
+// made (d.Rule: the policy's for an address, the allowlist's for a
+// name): nothing is decided again here.
+func (st *Stack) noteTCP(key flowKey, d admission.Decision) {
 	fn := st.cfg.OnFlow
 	if fn == nil {
 		return
 	}
-	f := Flow{Proto: netpolicy.ProtoTCP, Src: key.src, Dst: dst}
+	f := Flow{Proto: netpolicy.ProtoTCP, Src: key.src, Dst: key.dst}
 	switch {
-	case nf != nil && nf.dns:
+	case d.Action == admission.LocalDNS && !d.Target.IsValid():
 		f.Rule = "dns (the domain allowlist's resolver)"
-	case nf != nil:
-		f.Name, f.Rule = nf.name, nf.rule
-	case st.isLocal(dst.Addr()):
-		f.Target = target
-		f.Rule = "gateway " + target.String()
+	case d.Action == admission.Inspect:
+		f.Name, f.Rule = d.Name, d.Rule
+	case d.Action == admission.LocalDNS || d.Action == admission.HostPort:
+		f.Target = d.Target
+		f.Rule = "gateway " + d.Target.String()
 	default:
-		f.Target, f.Rule = target, rule
+		f.Target, f.Rule = d.Target, d.Rule
 	}
 	fn(f)
 }
@@ -133,8 +133,8 @@ func (st *Stack) noteUDP(src, dst, target netip.AddrPort, local bool, rule strin
 	}
 	f := Flow{Proto: netpolicy.ProtoUDP, Src: src, Dst: dst, Target: target, Rule: rule}
 	switch {
-	case st.names != nil && st.names.inPool(dst.Addr()):
-		f.Name, _ = st.names.nameOf(dst.Addr())
+	case st.names != nil && st.names.InPool(dst.Addr()):
+		f.Name, _ = st.names.NameOf(dst.Addr())
 		f.Rule = "name " + f.Name
 	case local && dst.Port() == netpolicy.DNSPort:
 		f.Rule = "dns (the host's resolver)"

@@ -2,7 +2,6 @@ package userstack
 
 import (
 	"net/netip"
-	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,29 +19,6 @@ import (
 // skips the policy (loopback is always blocked there): the port list is
 // the whole decision, and every other port of the gateway stays refused
 // and recorded, as before.
-
-// hostPortTarget returns where a flow of proto to dst goes when dst is a
-// gateway's allowed host port; false otherwise (the caller refuses it).
-func (st *Stack) hostPortTarget(proto netpolicy.Proto, dst netip.AddrPort) (netip.AddrPort, bool) {
-	ports := st.HostPorts()
-	if len(ports) == 0 {
-		return netip.AddrPort{}, false
-	}
-	a := dst.Addr().Unmap()
-	if !st.isGateway(a) {
-		return netip.AddrPort{}, false
-	}
-	for _, h := range ports {
-		if h.Proto == proto && h.Port == dst.Port() {
-			lo := netip.IPv6Loopback()
-			if a.Is4() {
-				lo = st.hostLoopbackCached(h)
-			}
-			return netip.AddrPortFrom(lo, dst.Port()), true
-		}
-	}
-	return netip.AddrPort{}, false
-}
 
 // hostLoChoice is a cached hostLoopback answer.
 type hostLoChoice struct {
@@ -115,17 +91,9 @@ func loopbackListener(family int, proto netpolicy.Proto, port uint16) (bool, err
 }
 
 // HostPorts returns the host loopback ports the sandbox reaches now.
-func (st *Stack) HostPorts() []netpolicy.HostPort {
-	if p := st.hostPorts.Load(); p != nil {
-		return *p
-	}
-	return st.cfg.HostPorts
-}
+func (st *Stack) HostPorts() []netpolicy.HostPort { return st.adm.HostPorts() }
 
 // SetHostPorts replaces the host loopback ports the sandbox reaches
 // (claude-sandbox allow/revoke --host-port, an approved request), in
 // force for the next new flow; flows open stay open.
-func (st *Stack) SetHostPorts(ports []netpolicy.HostPort) {
-	ps := slices.Clone(ports)
-	st.hostPorts.Store(&ps)
-}
+func (st *Stack) SetHostPorts(ports []netpolicy.HostPort) { st.adm.SetHostPorts(ports) }

@@ -10,6 +10,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 )
 
 // Pinger sends one ICMP echo request from the host to dst, carrying
@@ -73,12 +74,13 @@ func echoPayload(pkt *stack.PacketBuffer, hdrLen int) []byte {
 }
 
 func (st *Stack) echo(req echoRequest) (consumed bool) {
-	if st.isLocal(req.dst) {
-		return false
-	}
 	ap := netip.AddrPortFrom(req.dst, 0)
-	if v := st.check(netpolicy.ProtoICMP, ap); !v.Allowed {
-		st.block(netpolicy.ProtoICMP, ap, v.Rule)
+	d := st.adm.Admit(netpolicy.ProtoICMP, netip.AddrPortFrom(req.src, 0), ap)
+	switch d.Action {
+	case admission.Local:
+		return false // answered by gVisor
+	case admission.Refuse:
+		st.record(netpolicy.ProtoICMP, ap, d)
 		return true
 	}
 	if st.cfg.Pinger == nil {
@@ -89,14 +91,14 @@ func (st *Stack) echo(req echoRequest) (consumed bool) {
 	default:
 		return true // too many in flight: drop, as a congested router would
 	}
-	gate := st.ipv6Gate(req.dst) // the IPv6 gate (ready6.go)
+	gate := d.Gate // Wait: the IPv6 gate (ready6.go)
 	if !st.goFlow(func() {
 		defer st.wg.Done()
 		defer func() { <-st.pings }()
 		if gate != nil {
-			if rule := st.afterIPv6Gate(netpolicy.ProtoICMP, ap, gate); rule != "" {
+			if d := st.afterIPv6Gate(netpolicy.ProtoICMP, ap, gate); d.Action != admission.Dial {
 				if st.ctx.Err() == nil {
-					st.block(netpolicy.ProtoICMP, ap, rule)
+					st.record(netpolicy.ProtoICMP, ap, d)
 				}
 				return // unanswered, as a lost echo
 			}

@@ -505,7 +505,7 @@ func TestNamesHostLoopbackNeverDialed(t *testing.T) {
 // the host's loopback or the unspecified address in its well-known NAT64
 // form are never dialed, even under a policy built in code that allows
 // them (netpolicy.New adds every IPv4 entry's NAT64 form), and are
-// recorded under the host loopback rule (policyCheck).
+// recorded under the host loopback rule (admission's hostCheck).
 func TestHostLoopbackNAT64ByAddressNeverDialed(t *testing.T) {
 	h := &harness{dialer: newFakeDialer(), blocks: &blocks{}, clock: &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	h.start(t, Config{

@@ -18,11 +18,12 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
+	"github.com/claude-sandbox/claude-sandbox/userstack/names"
 	"github.com/claude-sandbox/claude-sandbox/userstack/sniff"
 )
 
-// Floods from the sandbox that make the stack's own resolver (names.go,
-// dns.go) ask upstream: each query upstream is a goroutine, a host socket
+// Floods from the sandbox that make the stack's own resolver (package
+// names) ask upstream: each query upstream is a goroutine, a host socket
 // and a 64 KiB read buffer in the launcher for as long as the upstream
 // takes (up to 6 s over UDP, two tries), so the number of them at once
 // must not follow the sandbox's packet rate.
@@ -175,9 +176,9 @@ func TestNamesUDPFloodToStalledNameIsBounded(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // the lookups the flood started are under way
 	_, peak, dials := d.counts()
-	if peak > maxBackgroundLookups+1 {
+	if peak > names.MaxBackgroundLookups+1 {
 		t.Fatalf("upstream queries at once: %d (%d dials) for %d datagrams to one name, want at most %d",
-			peak, dials, flood, maxBackgroundLookups+1)
+			peak, dials, flood, names.MaxBackgroundLookups+1)
 	}
 	t.Logf("upstream queries at once: %d, dials %d", peak, dials)
 }
@@ -207,10 +208,10 @@ func TestNamesQueryFloodPrefetchIsBounded(t *testing.T) {
 // own answering outside the query slots UDP queries take: one query
 // upstream each, all at once (seen: 200 for 200 connections), and
 // connections without end. Now queries over TCP share those slots, and
-// connections beyond maxDNSTCPConns are reset and recorded.
+// connections beyond names.MaxDNSTCPConns are reset and recorded.
 func TestNamesDNSOverTCPFloodIsBounded(t *testing.T) {
 	h, d := newStallHarness(t, map[string][]uint16{"*.wild.test": nil}, "A")
-	const conns = maxDNSTCPConns + 72
+	const conns = names.MaxDNSTCPConns + 72
 	dst := netip.AddrPortFrom(dns4, 53)
 	accepted, refused := 0, 0
 	for i := range conns {
@@ -236,15 +237,15 @@ func TestNamesDNSOverTCPFloodIsBounded(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the queries are under way upstream
 	_, peak, dials := d.counts()
 	t.Logf("connections accepted %d, refused %d; upstream queries at once %d, dials %d", accepted, refused, peak, dials)
-	if peak > maxDNSInFlight {
-		t.Fatalf("upstream queries at once: %d for %d connections, want at most %d", peak, accepted, maxDNSInFlight)
+	if peak > names.MaxDNSInFlight {
+		t.Fatalf("upstream queries at once: %d for %d connections, want at most %d", peak, accepted, names.MaxDNSInFlight)
 	}
-	if accepted > maxDNSTCPConns || refused != conns-maxDNSTCPConns {
-		t.Fatalf("connections accepted %d, refused %d, want %d accepted", accepted, refused, maxDNSTCPConns)
+	if accepted > names.MaxDNSTCPConns || refused != conns-names.MaxDNSTCPConns {
+		t.Fatalf("connections accepted %d, refused %d, want %d accepted", accepted, refused, names.MaxDNSTCPConns)
 	}
 	capped := 0
 	for _, b := range h.blocks.list() {
-		if b.Rule == "dns over tcp: "+itoa(maxDNSTCPConns)+" connections at once" {
+		if b.Rule == "dns over tcp: "+itoa(names.MaxDNSTCPConns)+" connections at once" {
 			capped++
 		}
 	}
@@ -283,27 +284,25 @@ func wildAnswer(q dnsmessage.Message, many int, tcp bool) []byte {
 // maxNames names; a new one beyond gets SERVFAIL, recorded, and the names
 // already handed out keep their addresses.
 func TestNamesSyntheticTableIsBounded(t *testing.T) {
-	defer func(old int) { maxNames = old }(maxNames)
-	maxNames = 64
+	defer func(old int) { names.MaxNames = old }(names.MaxNames)
+	names.MaxNames = 64
 	h, d := newStallHarness(t, map[string][]uint16{"*.wild.test": nil})
 	d.wild = true
 	first := answerAddrs(t, h.query(t, "n0.wild.test.", dnsmessage.TypeAAAA), "n0.wild.test.")
-	const names = 100
-	for i := 1; i < names; i++ {
+	const asked = 100
+	for i := 1; i < asked; i++ {
 		typ := dnsmessage.TypeA
 		if i%2 == 1 {
 			typ = dnsmessage.TypeAAAA
 		}
 		h.query(t, "n"+itoa(i)+".wild.test.", typ)
 	}
-	h.st.names.mu.Lock()
-	held, addrs := len(h.st.names.byName), len(h.st.names.byAddr)
-	h.st.names.mu.Unlock()
-	t.Logf("names held %d, addresses %d, after %d names asked", held, addrs, names)
-	if held > maxNames || addrs > 2*maxNames {
-		t.Fatalf("%d names, %d synthetic addresses held after %d names asked, want at most %d names", held, addrs, names, maxNames)
+	held, addrs := h.st.names.Held()
+	t.Logf("names held %d, addresses %d, after %d names asked", held, addrs, asked)
+	if held > names.MaxNames || addrs > 2*names.MaxNames {
+		t.Fatalf("%d names, %d synthetic addresses held after %d names asked, want at most %d names", held, addrs, asked, names.MaxNames)
 	}
-	m := h.query(t, "n"+itoa(names)+".wild.test.", dnsmessage.TypeA)
+	m := h.query(t, "n"+itoa(asked)+".wild.test.", dnsmessage.TypeA)
 	if m.Header.RCode != dnsmessage.RCodeServerFailure || len(m.Answers) != 0 {
 		t.Fatalf("a name past the cap: %v %v, want SERVFAIL", m.Header.RCode, m.Answers)
 	}
@@ -325,7 +324,7 @@ func TestNamesSyntheticTableIsBounded(t *testing.T) {
 // A records (an answer over TCP holds up to ~4,000): the cache kept all
 // of them, for each of its 4,096 entries (about 400 MB at most, ~98 KB an
 // entry; seen: 4,000 addresses kept for one name). Only the first
-// maxCachedAddrs of an answer are kept.
+// names.MaxCachedAddrs of an answer are kept.
 func TestNamesCacheKeepsFewAddressesPerName(t *testing.T) {
 	h, d := newStallHarness(t, map[string][]uint16{"*.wild.test": nil})
 	d.wild, d.many = true, 4000
@@ -335,18 +334,10 @@ func TestNamesCacheKeepsFewAddressesPerName(t *testing.T) {
 			t.Fatalf("%s: %v %v", name, m.Header.RCode, m.Answers)
 		}
 	}
-	n := h.st.names
-	n.mu.Lock()
-	most := 0
-	for k, e := range n.cache {
-		if k.qtype == dnsmessage.TypeA {
-			most = max(most, len(e.addrs))
-		}
-	}
-	n.mu.Unlock()
+	most := h.st.names.MostCached()
 	t.Logf("at most %d addresses cached for a name", most)
-	if most == 0 || most > maxCachedAddrs {
-		t.Fatalf("%d addresses cached for a name, want 1 to %d", most, maxCachedAddrs)
+	if most == 0 || most > names.MaxCachedAddrs {
+		t.Fatalf("%d addresses cached for a name, want 1 to %d", most, names.MaxCachedAddrs)
 	}
 }
 

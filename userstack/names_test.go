@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
-	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -437,51 +436,6 @@ func TestNamesDNSOverTCP(t *testing.T) {
 		}
 	}
 	h.zone.none(t)
-}
-
-func TestNamesPool(t *testing.T) {
-	n, err := newNames(&Stack{}, NameConfig{Rules: fakeRules{}, Pool4: netip.MustParsePrefix("198.18.0.0/23")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[netip.Addr]string{}
-	for i := range 600 {
-		name := "n" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + "-" + itoa(i) + ".test"
-		a, err := n.synthetic(name, false)
-		if errors.Is(err, errPoolFull) {
-			// 512 addresses, less the pool's first and last, .0 and .255.
-			if i != 508 {
-				t.Fatalf("pool full after %d names, want 508", i)
-			}
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b := a.As4(); b[3] == 0 || b[3] == 255 || !n.cfg.Pool4.Contains(a) {
-			t.Fatalf("allocated %v", a)
-		}
-		if other, dup := seen[a]; dup {
-			t.Fatalf("%v given to %s and %s", a, other, name)
-		}
-		seen[a] = name
-		if again, _ := n.synthetic(name, false); again != a {
-			t.Fatalf("%s: %v then %v", name, a, again)
-		}
-		if got, ok := n.nameOf(a); !ok || got != name {
-			t.Fatalf("nameOf(%v) = %q", a, got)
-		}
-	}
-	a6, _ := n.synthetic("v6.test", true)
-	b6, _ := n.synthetic("other.test", true)
-	if a6 == b6 || !DefaultPool6.Contains(a6) || !DefaultPool6.Contains(b6) {
-		t.Fatalf("v6: %v %v", a6, b6)
-	}
-	n2, _ := newNames(&Stack{}, NameConfig{Rules: fakeRules{}})
-	n2.synthetic("one.test", false)
-	if _, ok := n2.nameOf(netip.MustParseAddr("198.18.1.200")); ok {
-		t.Fatal("an address never handed out maps to a name")
-	}
 }
 
 func itoa(i int) string {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/claude-sandbox/claude-sandbox/userstack/names"
 )
 
 // failType makes the zone's upstream fail name's queries of type typ
@@ -82,8 +84,8 @@ func TestNamesUDPTTLZero(t *testing.T) {
 	if n := h.zone.countAsked("api.test A"); n != 1 {
 		t.Fatalf("upstream asked %d times for api.test A (%q); want 1", n, h.zone.asked())
 	}
-	if m := h.query(t, "api.test.", dnsmessage.TypeA); len(m.Answers) != 1 || m.Answers[0].Header.TTL != dnsTTLMin {
-		t.Fatalf("synthetic answer %+v, want TTL %d", m.Answers, dnsTTLMin)
+	if m := h.query(t, "api.test.", dnsmessage.TypeA); len(m.Answers) != 1 || m.Answers[0].Header.TTL != names.TTLMin {
+		t.Fatalf("synthetic answer %+v, want TTL %d", m.Answers, names.TTLMin)
 	}
 	if n := h.zone.countAsked("api.test A"); n != 1 {
 		t.Fatalf("asked upstream again: %q", h.zone.asked())

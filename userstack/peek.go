@@ -1,14 +1,14 @@
 package userstack
 
 import (
-	"net/netip"
 	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
 )
 
-// First bytes, for TCP flows to names (names.go).
+// First bytes, for TCP flows to names (package names).
 //
 // A flow to a name connects as a flow to an address does (issue 30): the
 // name is resolved on the host side when the sandbox's SYN comes, the
@@ -86,7 +86,7 @@ func (p *peekState) timerFired(*loopTimer) {
 	d, watch := p.in.Timeout(held, time.Since(p.started))
 	p.act(d, watch)
 	if d.Verdict == inspect.NeedMore {
-		p.arm(f.st.names.cfg.PeekTimeout)
+		p.arm(f.st.names.PeekTimeout())
 	}
 }
 
@@ -136,18 +136,19 @@ func newPeek(f *tcpFlow, name string) *peekState {
 	return p
 }
 
-// startName dials a new flow to a name (st.mu is not held; the flow is
-// in the table, dialing): from the cache on the loop when it holds the
-// name's address, as an address is dialed; else on a worker.
-func (f *tcpFlow) startName(nf *nameFlow) {
+// startName dials a new flow to a name, d.Name (st.mu is not held; the
+// flow is in the table, dialing): from the cache on the loop when it
+// holds the name's address, as an address is dialed; else on a worker.
+// A flow to the stack's own resolver (d is LocalDNS) is served at once.
+func (f *tcpFlow) startName(d admission.Decision) {
 	st := f.st
-	if nf.dns {
+	if d.Action == admission.LocalDNS {
 		f.mu.Lock()
 		defer f.unlock()
 		if f.state != tcpDialing {
 			return
 		}
-		fd, err := st.names.startDNSTCP(f.key.dst)
+		fd, err := st.names.StartTCP(f.key.dst)
 		if err != nil {
 			f.dialFailed(err)
 			return
@@ -157,48 +158,32 @@ func (f *tcpFlow) startName(nf *nameFlow) {
 		return
 	}
 	if st.cfg.Dialer == nil {
-		if target, gate, ok := st.names.cachedTarget(netpolicy.ProtoTCP, f.key.dst, nf.name); ok && gate == nil {
-			f.connect(target)
+		if c := st.adm.FromCache(netpolicy.ProtoTCP, f.key.dst, d.Name); c.Action == admission.Dial {
+			f.connect(c.Target)
 			return
 		}
 	}
-	if !st.goFlow(func() { f.dialName(nf.name) }) {
+	if !st.goFlow(func() { f.dialName(d.Name) }) {
 		f.mu.Lock()
 		f.state = tcpClosed
 		f.unlock()
 	}
 }
 
-// cachedTarget is what resolveTarget, without wait, decides from the
-// first family it tries (dst's own) when that family has an address to
-// take: the first one the policy allows for proto, or the IPv6 gate it
-// waits for. false: none fresh in the cache (the other family, or a
-// lookup, is resolveTarget's; nothing is recorded here).
-func (n *names) cachedTarget(proto netpolicy.Proto, dst netip.AddrPort, name string) (netip.AddrPort, <-chan struct{}, bool) {
-	t, _ := lookupOrder(dst)
-	target, ok := n.cachedAllowed(proto, name, t, dst.Port())
-	if !ok {
-		return netip.AddrPort{}, nil, false
-	}
-	if gate := n.st.ipv6Gate(target.Addr()); gate != nil {
-		return netip.AddrPort{}, gate, true
-	}
-	return target, nil, true
-}
-
 // dialName resolves the flow's name and dials the first address the
 // policy does not block (on a worker): the SYN is answered with what the
 // dial finds. No address to dial: a RST, as for a blocked address (the
-// refusal is recorded by resolveTarget).
+// refusal recorded first).
 func (f *tcpFlow) dialName(name string) {
 	st := f.st
 	defer st.wg.Done()
-	target, _, ok := st.names.resolveTarget(st.ctx, netpolicy.ProtoTCP, f.key.dst, name, true)
-	if !ok {
+	d := st.adm.Resolve(st.ctx, netpolicy.ProtoTCP, f.key.dst, name)
+	if d.Action != admission.Dial {
+		st.record(netpolicy.ProtoTCP, f.key.dst, d)
 		f.refuseDialing(nil)
 		return
 	}
-	f.open(target)
+	f.open(d.Target)
 }
 
 // peekEstablished starts the wait for the first bytes once the sandbox
@@ -206,7 +191,7 @@ func (f *tcpFlow) dialName(name string) {
 func (f *tcpFlow) peekEstablished() {
 	p := f.peek
 	p.started = time.Now()
-	p.arm(f.st.names.cfg.PeekTimeout)
+	p.arm(f.st.names.PeekTimeout())
 }
 
 // rcvRoom is how much more of the sandbox's data the flow buffers: while

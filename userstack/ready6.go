@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 )
 
 // The IPv6 gate (Config.IPv6Ready): a flow to an IPv6 destination that
@@ -31,22 +32,6 @@ import (
 // maxHeldUDP bounds the datagrams held for the gate across the stack.
 const maxHeldUDP = 64
 
-// ipv6Gate returns the channel a flow to dst waits on before it leaves,
-// or nil when it needs none: no gate configured, not an IPv6 destination,
-// or the gate open already. Asking may start what the gate waits for.
-func (st *Stack) ipv6Gate(dst netip.Addr) <-chan struct{} {
-	if st.cfg.IPv6Ready == nil || !dst.Is6() || dst.Is4In6() {
-		return nil
-	}
-	ch := st.cfg.IPv6Ready()
-	select {
-	case <-ch:
-		return nil
-	default:
-		return ch
-	}
-}
-
 // awaitIPv6 waits for the gate (never on the packet loop): false when the
 // stack closes first, or the gate stays shut past DialTimeout.
 func (st *Stack) awaitIPv6(gate <-chan struct{}) bool {
@@ -66,22 +51,19 @@ func (st *Stack) awaitIPv6(gate <-chan struct{}) bool {
 	}
 }
 
-// ruleIPv6NotReady is the record of a flow whose IPv6 gate stayed shut.
-const ruleIPv6NotReady = "IPv6 destination held until the policy was ready, which it was not in time"
+// ipv6NotReady is the refusal of a flow whose IPv6 gate stayed shut.
+var ipv6NotReady = admission.Decision{Action: admission.Refuse, Kind: admission.KindIPv6NotReady, Rule: admission.RuleIPv6NotReady}
 
 // afterIPv6Gate waits for gate (never on the packet loop), then decides
-// dst again by the policy then in force: "" when the flow may leave,
-// else the rule that refuses it (ruleIPv6NotReady when the gate stayed
-// shut or the stack closed). The caller records the refusal unless the
-// stack is closing.
-func (st *Stack) afterIPv6Gate(proto netpolicy.Proto, dst netip.AddrPort, gate <-chan struct{}) string {
+// dst again by the policy then in force (admission's Check): Dial when
+// the flow may leave, else the refusal (ipv6NotReady when the gate
+// stayed shut or the stack closed). The caller records the refusal
+// unless the stack is closing.
+func (st *Stack) afterIPv6Gate(proto netpolicy.Proto, dst netip.AddrPort, gate <-chan struct{}) admission.Decision {
 	if !st.awaitIPv6(gate) {
-		return ruleIPv6NotReady
+		return ipv6NotReady
 	}
-	if v := st.check(proto, dst); !v.Allowed {
-		return v.Rule
-	}
-	return ""
+	return st.adm.Check(proto, dst)
 }
 
 // holdUDP keeps a copy of a datagram to a new IPv6 destination until the
@@ -107,7 +89,7 @@ func (st *Stack) holdUDP(key flowKey, data [][]byte, gate <-chan struct{}) {
 			if st.ctx.Err() != nil {
 				return // closing
 			}
-			st.block(netpolicy.ProtoUDP, key.dst, ruleIPv6NotReady)
+			st.record(netpolicy.ProtoUDP, key.dst, ipv6NotReady)
 			return
 		}
 		st.sendUDP(key, [][]byte{buf})

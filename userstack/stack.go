@@ -24,7 +24,9 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 	"github.com/claude-sandbox/claude-sandbox/userstack/blocklog"
+	"github.com/claude-sandbox/claude-sandbox/userstack/names"
 )
 
 // Dialer opens host-side connections, for an embedder that needs its own
@@ -181,7 +183,7 @@ type Config struct {
 	// Pinger proxies ICMP echo to allowed destinations; nil leaves them
 	// unanswered (ping shows loss while TCP and UDP work).
 	Pinger Pinger
-	// Names, when set, turns the domain allowlist on (names.go): the
+	// Names, when set, turns the domain allowlist on (package names): the
 	// stack answers DNS at VirtualDNS itself, hands out synthetic
 	// addresses for allowed names, and refuses the open internet.
 	Names *NameConfig
@@ -211,7 +213,6 @@ type Stack struct {
 	ep     stack.LinkEndpoint
 	cfg    Config
 	s      *stack.Stack
-	local  map[netip.Addr]bool
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -239,8 +240,6 @@ type Stack struct {
 	eimUDP bool
 	// hostLo caches which loopback each host port leads to (hostport.go).
 	hostLo sync.Map
-	// hostPorts are Config.HostPorts, as SetHostPorts last changed them.
-	hostPorts atomic.Pointer[[]netpolicy.HostPort]
 
 	// The relay's memory budget (mem.go).
 	memBudget    int64
@@ -253,9 +252,10 @@ type Stack struct {
 	memSpare     []*tcpFlow   // under mu: memWaiters' other buffer
 	tcpLive      atomic.Int32 // len(tcp), for the flows' shares
 
-	heldUDP   atomic.Int32  // datagrams held for the IPv6 gate (ready6.go)
-	names     *names        // the domain allowlist, nil when off (names.go)
-	blocks    *blocklog.Log // records on their way to OnBlock and OnEvict (blocklog.go)
+	heldUDP   atomic.Int32        // datagrams held for the IPv6 gate (ready6.go)
+	names     *names.Names        // the domain allowlist, nil when off (package names)
+	adm       *admission.Admitter // the one admission point of new flows (package admission)
+	blocks    *blocklog.Log       // records on their way to OnBlock and OnEvict (blocklog.go)
 	evictions atomic.Uint64
 	udpPeers  atomic.Int64 // the peers all UDP mappings remember (udp.go)
 }
@@ -327,7 +327,6 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		ep:    ep,
 		cfg:   cfg,
 		s:     s,
-		local: local,
 		tcp:   map[flowKey]*tcpFlow{},
 		flows: map[flowKey]*udpFlow{},
 		pings: make(chan struct{}, maxPings),
@@ -335,18 +334,20 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 		memBudget: int64(cfg.MaxRelayMemory),
 		blocks:    blocklog.New(),
 	}
+	st.ctx, st.cancel = context.WithCancel(context.Background())
 	if cfg.Names != nil {
-		n, err := newNames(st, *cfg.Names)
+		n, err := names.New(st.nameDeps(), *cfg.Names)
 		if err != nil {
+			st.cancel()
 			s.Close()
 			return nil, err
 		}
 		st.names = n
 	}
+	st.adm = st.newAdmitter()
 	_, listens := cfg.Dialer.(PacketListener)
 	st.eimUDP = cfg.Dialer == nil || listens
 	st.memWake = newLoopTimer(st)
-	st.ctx, st.cancel = context.WithCancel(context.Background())
 	st.work = newWorkers(st.ctx.Done(), &st.wg)
 	poll, err := newPoller()
 	if err != nil {
@@ -450,9 +451,6 @@ func (st *Stack) Close() {
 	st.s.Wait()
 }
 
-// isLocal reports whether a is one of the addresses the stack answers as.
-func (st *Stack) isLocal(a netip.Addr) bool { return st.local[a.Unmap()] }
-
 // upstream returns the resolver to relay DNS to.
 func (st *Stack) upstream() (netip.AddrPort, bool) {
 	if len(st.cfg.Upstreams) == 0 {
@@ -461,13 +459,8 @@ func (st *Stack) upstream() (netip.AddrPort, bool) {
 	return st.cfg.Upstreams[0], true
 }
 
-// block records a flow refused by address (blockName without a name).
-func (st *Stack) block(proto netpolicy.Proto, dst netip.AddrPort, rule string) {
-	st.blockName(proto, dst, "", rule)
-}
-
 // blockName records a refused flow or query; name is the host name when
-// the domain allowlist decided it (names.go), "" for a flow decided by
+// the domain allowlist decided it (package names), "" for a flow decided by
 // address. Every block record of the stack is made here.
 func (st *Stack) blockName(proto netpolicy.Proto, dst netip.AddrPort, name, rule string) {
 	// No Logf here: a flood of refused flows (or of queries for names

@@ -214,7 +214,7 @@ import (
 // segments from the sandbox (handleTCP, tcpInput, newTCP, segment,
 // processAck, processData); tcp_output.go the segments to the sandbox
 // (sendData, sendFin, retransmit, the window, sendAck, sendReset);
-// tcp_host.go the host side (tcpTarget, the dial, pollReady, toHost,
+// tcp_host.go the host side (the dial, pollReady, toHost,
 // flush, readSome, hostFailed); tcp_timers.go the delayed-ACK and
 // retransmission timers.
 

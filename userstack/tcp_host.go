@@ -13,55 +13,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 )
-
-// tcpTarget returns where a connection to dst goes: the upstream resolver
-// for port 53 of a local address, dst itself when the policy allows it. It
-// records a Block for a refused destination and resets in, or, in the ask
-// mode, holds it (ok false, nothing sent) or lets it through approved
-// once. rule is the policy's rule that allowed dst (for Config.OnFlow); ""
-// for a local address.
-func (st *Stack) tcpTarget(dst netip.AddrPort, in *tcpIn) (target netip.AddrPort, rule string, ok bool) {
-	if st.isLocal(dst.Addr()) {
-		if dst.Port() == netpolicy.DNSPort {
-			target, ok = st.upstream()
-			if !ok {
-				st.rejectTCP(in)
-			}
-			return target, "", ok
-		}
-		if t, ok := st.hostPortTarget(netpolicy.ProtoTCP, dst); ok {
-			return t, "", true
-		}
-		const why = "local address, not a DNS port"
-		if st.cfg.Ask != nil && st.isGateway(dst.Addr()) {
-			if !st.askTCP(in, "", true, why) {
-				return netip.AddrPort{}, "", false
-			}
-			lo := netip.IPv6Loopback()
-			if dst.Addr().Unmap().Is4() {
-				lo = st.hostLoopbackCached(netpolicy.HostPort{Proto: netpolicy.ProtoTCP, Port: dst.Port()})
-			}
-			return netip.AddrPortFrom(lo, dst.Port()), "ask: approved once", true
-		}
-		st.block(netpolicy.ProtoTCP, dst, why)
-		st.rejectTCP(in)
-		return netip.AddrPort{}, "", false
-	}
-	v := st.check(netpolicy.ProtoTCP, dst)
-	if !v.Allowed {
-		if st.askOnAddress(dst) {
-			if !st.askTCP(in, "", false, v.Rule) {
-				return netip.AddrPort{}, "", false
-			}
-			return dst, "ask: approved once", true
-		}
-		st.block(netpolicy.ProtoTCP, dst, v.Rule)
-		st.rejectTCP(in)
-		return netip.AddrPort{}, "", false
-	}
-	return dst, v.Rule, true
-}
 
 // connect opens the host side with a non-blocking connect, which the
 // event loop sees complete (pollReady); only then is the SYN answered, so
@@ -142,8 +95,8 @@ func (f *tcpFlow) dial(target netip.AddrPort, gate <-chan struct{}) {
 	st := f.st
 	defer st.wg.Done()
 	if gate != nil {
-		if rule := st.afterIPv6Gate(netpolicy.ProtoTCP, target, gate); rule != "" {
-			f.refuseDialing(func() { st.block(netpolicy.ProtoTCP, target, rule) })
+		if d := st.afterIPv6Gate(netpolicy.ProtoTCP, target, gate); d.Action != admission.Dial {
+			f.refuseDialing(func() { st.record(netpolicy.ProtoTCP, target, d) })
 			return
 		}
 	}

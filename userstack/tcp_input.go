@@ -9,6 +9,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 )
 
 // handleTCP receives the TCP segments gVisor's IP layer delivers (there
@@ -114,34 +115,24 @@ func (st *Stack) newTCP(in *tcpIn) {
 		st.rejectTCP(in)
 		return
 	}
-	var nf *nameFlow // the domain allowlist's (names.go)
-	target, rule, ok := netip.AddrPort{}, "", true
-	if st.names != nil {
-		nf, ok = st.names.admit(netpolicy.ProtoTCP, key.dst)
-		ok = !ok
-	}
-	if nf != nil && nf.ask {
-		if !st.askTCP(in, nf.name, false, nf.rule) {
+	d := st.adm.Admit(netpolicy.ProtoTCP, key.src, key.dst) // package admission
+	if d.Action == admission.Ask {
+		if !st.askTCP(in, d.Name, d.HostPort, d.Rule) {
 			return // held, or refused
 		}
-		nf.ask, nf.rule = false, "ask: approved once"
+		d = st.adm.Approved(netpolicy.ProtoTCP, key.src, key.dst, d)
 	}
-	if ok && nf == nil {
-		target, rule, ok = st.tcpTarget(key.dst, in)
-		if !ok {
-			return // refused (reset) or held
-		}
-	}
-	if !ok {
+	if d.Action == admission.Refuse {
+		st.record(netpolicy.ProtoTCP, key.dst, d)
 		st.rejectTCP(in) // "connection refused" at once
 		return
 	}
 	// An allowed IPv6 destination may wait for the IPv6 gate (ready6.go):
-	// on a worker, as a Dialer's dial does.
-	var gate <-chan struct{}
-	if nf == nil && !st.isLocal(key.dst.Addr()) {
-		gate = st.ipv6Gate(target.Addr())
-	}
+	// on a worker, as a Dialer's dial does (Wait). A name's flow (Inspect)
+	// is dialed by peek.go; the stack's own resolver (LocalDNS without a
+	// target) is served by package names.
+	named := d.Action == admission.Inspect
+	ownDNS := d.Action == admission.LocalDNS && !d.Target.IsValid()
 	opts := header.ParseSynOptions(h.Options(), false)
 	f := &tcpFlow{
 		st:          st,
@@ -167,14 +158,12 @@ func (st *Stack) newTCP(in *tcpIn) {
 		f.mss = tcpDefaultMSS
 	}
 	f.mss = min(f.mss, st.maxSegment(f.v6))
-	if nf != nil && !nf.dns {
-		f.peek = newPeek(f, nf.name)
+	if named {
+		f.peek = newPeek(f, d.Name)
 	}
 	if st.cfg.OnFlowEnd != nil {
 		f.start = st.cfg.Now()
-		if nf != nil && !nf.dns {
-			f.name = nf.name
-		}
+		f.name = d.Name
 	}
 	st.mu.Lock()
 	switch {
@@ -190,11 +179,7 @@ func (st *Stack) newTCP(in *tcpIn) {
 		// sandbox keeps its connections open).
 		n := len(st.tcp)
 		st.mu.Unlock()
-		name := ""
-		if nf != nil {
-			name = nf.name
-		}
-		st.blockName(netpolicy.ProtoTCP, key.dst, name, fmt.Sprintf("too many TCP connections open at once (%d: the egress relay's cap, from the launcher's descriptor limit)", n))
+		st.blockName(netpolicy.ProtoTCP, key.dst, d.Name, fmt.Sprintf("too many TCP connections open at once (%d: the egress relay's cap, from the launcher's descriptor limit)", n))
 		st.rejectTCP(in)
 		return
 	case st.opening >= st.cfg.MaxInFlight:
@@ -205,22 +190,22 @@ func (st *Stack) newTCP(in *tcpIn) {
 	st.tcpLive.Add(1)
 	st.opening++
 	f.opening = true
-	if nf != nil {
+	if named || ownDNS {
 		st.mu.Unlock()
-		st.noteTCP(key, target, nf, rule)
-		f.startName(nf) // resolved and dialed; the SYN answered by the dial (peek.go)
+		st.noteTCP(key, d)
+		f.startName(d) // resolved and dialed; the SYN answered by the dial (peek.go)
 		return
 	}
-	if st.cfg.Dialer == nil && gate == nil {
+	if st.cfg.Dialer == nil && d.Gate == nil {
 		st.mu.Unlock()
-		st.noteTCP(key, target, nil, rule)
-		f.connect(target)
+		st.noteTCP(key, d)
+		f.connect(d.Target)
 		return
 	}
 	st.wg.Add(1)
 	st.mu.Unlock()
-	st.noteTCP(key, target, nil, rule)
-	st.work.Go(func() { f.dial(target, gate) })
+	st.noteTCP(key, d)
+	st.work.Go(func() { f.dial(d.Target, d.Gate) })
 }
 
 // segment handles a segment of an existing flow.

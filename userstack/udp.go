@@ -20,6 +20,7 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/internal/ask"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 )
 
 // flowKey identifies a TCP flow as the sandbox sees it, and a UDP
@@ -247,11 +248,11 @@ func (f *udpFlow) currentLocked(k netip.AddrPort, p udpPeer) bool {
 	ok := false
 	switch {
 	case !p.sent:
-	case st.names != nil && st.names.inPool(p.sandbox.Addr()):
-		// A name's address: decided as udpAdmit decides its target.
-		ok = !st.names.inPool(k.Addr()) && st.policyCheck(netpolicy.ProtoUDP, k).Allowed
+	case st.names != nil && st.names.InPool(p.sandbox.Addr()):
+		// A name's address: decided as admission decides its target.
+		ok = st.adm.TargetAllowed(netpolicy.ProtoUDP, k)
 	default:
-		ok = st.check(netpolicy.ProtoUDP, k).Allowed
+		ok = st.adm.Check(netpolicy.ProtoUDP, k).Action == admission.Dial
 	}
 	if ok {
 		p.gen = gen
@@ -287,16 +288,17 @@ func (f *udpFlow) replySourceLocked(from netip.AddrPort) (netip.AddrPort, bool) 
 	// Another port of an address the sandbox sent to: the policy decides
 	// it as it would a datagram from the sandbox to it, once.
 	gen := f.st.cfg.Policy.Generation()
-	v := f.st.check(netpolicy.ProtoUDP, from)
+	d := f.st.adm.Check(netpolicy.ProtoUDP, from)
+	allowed := d.Action == admission.Dial
 	if len(f.peers) >= maxUDPPeers || f.st.udpPeers.Load() >= maxUDPPeersTotal {
-		return from, v.Allowed // not remembered: decided again next time
+		return from, allowed // not remembered: decided again next time
 	}
-	f.peers[from] = udpPeer{sandbox: from, denied: !v.Allowed, gen: gen}
+	f.peers[from] = udpPeer{sandbox: from, denied: !allowed, gen: gen}
 	f.st.udpPeers.Add(1)
-	if !v.Allowed {
-		f.st.cfg.Logf("userstack: udp reply from %s to %s dropped (%s)", from, f.key.src, v.Rule)
+	if !allowed {
+		f.st.cfg.Logf("userstack: udp reply from %s to %s dropped (%s)", from, f.key.src, d.Rule)
 	}
-	return from, v.Allowed
+	return from, allowed
 }
 
 // pollReady frames a datagram the host side received as a reply to the
@@ -387,39 +389,30 @@ func sockaddrAddrPort(rsa *unix.RawSockaddrAny) (netip.AddrPort, bool) {
 	return netip.AddrPort{}, false
 }
 
-// udpRoute returns where a datagram from the sandbox to dst goes on the
-// host (the resolver for the virtual DNS address) and its mapping's key;
-// false for a local address that is not a DNS port (refused). named, if
-// valid, is the target udpAdmit just admitted for a name's address;
-// otherwise a name's is read from udpTarget.
-func (st *Stack) udpRoute(key flowKey, named netip.AddrPort) (target netip.AddrPort, mk flowKey, local, ok bool) {
-	target = key.dst
-	if st.names != nil && st.names.inPool(key.dst.Addr()) {
-		var ok bool
-		if target, ok = named, named.IsValid(); !ok {
-			if target, ok = st.names.udpTarget(key.dst); !ok {
-				return netip.AddrPort{}, flowKey{}, false, false
-			}
-		}
-	} else if st.isLocal(key.dst.Addr()) {
-		up, has := st.upstream()
-		if key.dst.Port() != netpolicy.DNSPort || !has {
-			hp, ok := st.hostPortTarget(netpolicy.ProtoUDP, key.dst)
-			if !ok {
-				return netip.AddrPort{}, flowKey{}, true, false
-			}
-			up = hp
-		}
-		target, local = up, true
+// udpRoute returns where a datagram from the sandbox to dst, a
+// destination its mapping admitted, goes on the host (admission's Route:
+// a name's translation, the resolver or a host port for a local address)
+// and its mapping's key; false when there is none.
+func (st *Stack) udpRoute(key flowKey) (target netip.AddrPort, mk flowKey, ok bool) {
+	target, _, ok = st.adm.Route(netpolicy.ProtoUDP, key.dst)
+	if !ok {
+		return netip.AddrPort{}, flowKey{}, false
 	}
+	return target, st.udpKey(key, target), true
+}
+
+// udpKey is the key of the mapping a datagram of key to target goes
+// through: the sandbox socket's one per family (endpoint-independent), or
+// key itself for a Dialer's connected conns.
+func (st *Stack) udpKey(key flowKey, target netip.AddrPort) flowKey {
 	if !st.eimUDP {
-		return target, key, local, true
+		return key
 	}
 	family := netip.IPv4Unspecified()
 	if target.Addr().Is6() {
 		family = netip.IPv6Unspecified()
 	}
-	return target, flowKey{src: key.src, dst: netip.AddrPortFrom(family, 0)}, local, true
+	return flowKey{src: key.src, dst: netip.AddrPortFrom(family, 0)}
 }
 
 // udpInput sends a datagram to a destination its mapping already admits
@@ -427,7 +420,7 @@ func (st *Stack) udpRoute(key flowKey, named netip.AddrPort) (target netip.AddrP
 // path then leaves the datagram to gVisor's path, handleUDP, which
 // decides the destination).
 func (st *Stack) udpInput(key flowKey, data [][]byte) bool {
-	target, mk, _, ok := st.udpRoute(key, netip.AddrPort{})
+	target, mk, ok := st.udpRoute(key)
 	if !ok {
 		return false
 	}
@@ -456,8 +449,8 @@ func (st *Stack) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer
 	}
 	var small [4][]byte
 	data := payloadSlices(small[:0], pkt, pkt.Data().Size())
-	if st.names != nil && dst.Port() == netpolicy.DNSPort && st.isLocal(dst.Addr()) {
-		st.names.serveDNSUDP(src, dst, data) // the stack's own resolver (dns.go)
+	if st.names != nil && dst.Port() == netpolicy.DNSPort && st.adm.IsLocal(dst.Addr()) {
+		st.names.ServeUDP(src, dst, data) // the stack's own resolver (package names)
 		return true
 	}
 	return st.sendUDP(key, data)
@@ -496,59 +489,35 @@ func (st *Stack) sendUDP(key flowKey, data [][]byte) bool {
 // non-nil gate means the destination is an allowed IPv6 one that waits
 // for the IPv6 gate (ready6.go): nothing was made, the datagram is held.
 func (st *Stack) newUDPFlow(key flowKey) (*udpFlow, netip.AddrPort, <-chan struct{}, bool) {
-	gen := st.cfg.Policy.Generation() // before the decision: a change meanwhile is decided again
-	var named netip.AddrPort
-	if st.names != nil {
-		var ready, refused bool
-		var gate <-chan struct{}
-		if ready, refused, gate, named = st.names.udpAdmit(key.src, key.dst); refused {
-			return nil, netip.AddrPort{}, nil, false
-		} else if gate != nil {
-			return nil, netip.AddrPort{}, gate, true
-		} else if !ready {
-			return nil, netip.AddrPort{}, nil, true // resolving: dropped
-		}
-	}
-	target, mk, local, ok := st.udpRoute(key, named)
-	if !ok && local && st.cfg.Ask != nil && st.isGateway(key.dst.Addr()) {
-		// A gateway port that is not a host port: asked. Approved, it
-		// is one (for a UDP port, once is the session too: see the
-		// jail's approve), and routed again.
-		switch st.askUDP(key.src, key.dst, "", true, "local address, not a DNS port") {
+	gen := st.cfg.Policy.Generation()                       // before the decision: a change meanwhile is decided again
+	d := st.adm.Admit(netpolicy.ProtoUDP, key.src, key.dst) // package admission
+	if d.Action == admission.Ask {
+		// Approved, a gateway port becomes a host port (for a UDP port,
+		// once is the session too: see the jail's approve).
+		switch st.askUDP(key.src, key.dst, d.Name, d.HostPort, d.Rule) {
 		case ask.Hold:
-			return nil, target, nil, true // dropped: the sandbox sends again
+			return nil, netip.AddrPort{}, nil, true // dropped: the sandbox sends again
 		case ask.Refuse:
-			return nil, target, nil, false
+			return nil, netip.AddrPort{}, nil, false
 		}
-		target, mk, local, ok = st.udpRoute(key, named)
+		d = st.adm.Approved(netpolicy.ProtoUDP, key.src, key.dst, d)
 	}
-	var rule string // an address's: the policy's rule (for OnFlow)
-	switch {
-	case !ok:
-		st.block(netpolicy.ProtoUDP, key.dst, "local address, not a DNS port")
-		return nil, target, nil, false
-	case st.names != nil && st.names.inPool(key.dst.Addr()):
-		// A name, admitted by udpAdmit: its resolved address was checked.
-	case !local:
-		v := st.check(netpolicy.ProtoUDP, key.dst)
-		rule = v.Rule
-		if !v.Allowed {
-			if !st.askOnAddress(key.dst) {
-				st.block(netpolicy.ProtoUDP, key.dst, v.Rule)
-				return nil, target, nil, false
-			}
-			switch st.askUDP(key.src, key.dst, "", false, v.Rule) {
-			case ask.Hold:
-				return nil, target, nil, true // dropped: the sandbox sends again
-			case ask.Refuse:
-				return nil, target, nil, false
-			}
-			rule = "ask: approved once"
-		}
-		if gate := st.ipv6Gate(key.dst.Addr()); gate != nil {
-			return nil, target, gate, true
+	switch d.Action {
+	case admission.Refuse:
+		st.record(netpolicy.ProtoUDP, key.dst, d)
+		return nil, netip.AddrPort{}, nil, false
+	case admission.Resolve:
+		return nil, netip.AddrPort{}, nil, true // resolving: dropped
+	case admission.Wait:
+		return nil, netip.AddrPort{}, d.Gate, true
+	case admission.LocalDNS:
+		if !d.Target.IsValid() {
+			return nil, netip.AddrPort{}, nil, true // the stack's own resolver: handleUDP's
 		}
 	}
+	target, mk := d.Target, st.udpKey(key, d.Target)
+	local := d.Action == admission.LocalDNS || d.Action == admission.HostPort
+	rule := d.Rule // an address's: the policy's rule (for OnFlow)
 	st.mu.Lock()
 	f := st.flows[mk]
 	st.mu.Unlock()

@@ -141,8 +141,8 @@ func (c *tickClock) peek() time.Time {
 }
 
 // A name's UDP target is read once per decision (issue 34 bug 8): when it
-// expires between udpAdmit's read and the route's, the flow is decided on
-// what udpAdmit read (or resolved afresh), never refused as a "local
+// expires between admission's read and the route's, the flow is decided on
+// what admission read (or resolved afresh), never refused as a "local
 // address". The target's expiry is swept over the reads' clock ticks.
 func TestNamesUDPTargetReadOnce(t *testing.T) {
 	clock := &tickClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
@@ -152,17 +152,10 @@ func TestNamesUDPTargetReadOnce(t *testing.T) {
 	dst := netip.AddrPortFrom(api, 5000)
 	d := sendUntilDial(t, h, netip.AddrPortFrom(jail4, 45400), dst, []byte("ping"))
 	d.peer.Close()
-	n := h.st.names
 	for k := range 40 {
-		n.mu.Lock()
-		tgt, ok := n.udp[dst]
-		if !ok {
-			n.mu.Unlock()
+		if !h.st.adm.SetUDPTargetExpiry(dst, clock.peek().Add(time.Duration(k)*time.Nanosecond)) {
 			t.Fatalf("no UDP target for %v", dst)
 		}
-		tgt.expires = clock.peek().Add(time.Duration(k) * time.Nanosecond)
-		n.udp[dst] = tgt
-		n.mu.Unlock()
 		key := flowKey{src: netip.AddrPortFrom(jail4, uint16(45401+k)), dst: dst}
 		f, target, gate, ok := h.st.newUDPFlow(key)
 		if !ok || gate != nil {

@@ -1,4 +1,4 @@
-package userstack
+package names
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
 )
 
@@ -45,10 +46,10 @@ import (
 // dnsTTLMax caps the TTL of the stack's answers.
 const dnsTTLMax = 300
 
-// serveDNSUDP answers one query the sandbox sent to the virtual resolver
+// ServeUDP answers one query the sandbox sent to the virtual resolver
 // over UDP, on a worker (resolving may wait on the upstream). Queries
-// beyond maxDNSInFlight are dropped.
-func (n *names) serveDNSUDP(from, to netip.AddrPort, payload [][]byte) {
+// beyond MaxDNSInFlight are dropped.
+func (n *Names) ServeUDP(from, to netip.AddrPort, payload [][]byte) {
 	var q []byte
 	for _, p := range payload {
 		q = append(q, p...)
@@ -58,18 +59,16 @@ func (n *names) serveDNSUDP(from, to netip.AddrPort, payload [][]byte) {
 	default:
 		return
 	}
-	st := n.st
-	if !st.goFlow(func() {
-		defer st.wg.Done()
+	if !n.deps.Spawn(func() {
 		defer func() { <-n.dnsSlots }()
-		resp := n.answer(st.ctx, q, netpolicy.ProtoUDP, to, udpLimit(q))
+		resp := n.answer(n.deps.Ctx, q, netpolicy.ProtoUDP, to, udpLimit(q))
 		if resp == nil {
 			return
 		}
-		buf := make([]byte, udpHeadroom+len(resp))
-		copy(buf[udpHeadroom:], resp)
-		if err := st.writeUDP(buf, len(resp), to, from); err != nil {
-			st.cfg.Logf("userstack: dns answer to %s: %v", from, err)
+		buf := make([]byte, n.deps.Headroom+len(resp))
+		copy(buf[n.deps.Headroom:], resp)
+		if err := n.deps.WriteUDP(buf, len(resp), to, from); err != nil {
+			n.deps.Logf("userstack: dns answer to %s: %v", from, err)
 		}
 	}) {
 		<-n.dnsSlots
@@ -109,12 +108,11 @@ func udpLimit(q []byte) int {
 // serveDNSTCP answers DNS over TCP on conn (the other end of the
 // socketpair the sandbox's connection is relayed to), query after query,
 // until the sandbox closes or 2 minutes pass without one.
-func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
-	st := n.st
-	defer st.wg.Done()
+func (n *Names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
+	ctx := n.deps.Ctx
 	defer func() { <-n.dnsTCPSlots }()
 	defer conn.Close()
-	stop := context.AfterFunc(st.ctx, func() { conn.Close() })
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	var hdr [2]byte
 	for {
@@ -127,14 +125,14 @@ func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
 			return
 		}
 		// The same slots as queries over UDP: connections at once are
-		// bounded (maxDNSTCPConns), and the queries they have answered
+		// bounded (MaxDNSTCPConns), and the queries they have answered
 		// upstream at once with the rest.
 		select {
 		case n.dnsSlots <- struct{}{}:
-		case <-st.ctx.Done():
+		case <-ctx.Done():
 			return
 		}
-		resp := n.answer(st.ctx, q, netpolicy.ProtoTCP, to, 0xffff)
+		resp := n.answer(ctx, q, netpolicy.ProtoTCP, to, 0xffff)
 		<-n.dnsSlots
 		if resp == nil {
 			return
@@ -147,14 +145,14 @@ func (n *names) serveDNSTCP(conn *os.File, to netip.AddrPort) {
 	}
 }
 
-// startDNSTCP makes the host side of a TCP connection to the virtual
+// StartTCP makes the host side of a TCP connection to the virtual
 // resolver: one end of a socketpair the relay uses as its host socket,
 // the other end served by serveDNSTCP.
-func (n *names) startDNSTCP(to netip.AddrPort) (int, error) {
+func (n *Names) StartTCP(to netip.AddrPort) (int, error) {
 	select {
 	case n.dnsTCPSlots <- struct{}{}: // given back by serveDNSTCP
 	default:
-		n.st.block(netpolicy.ProtoTCP, to, fmt.Sprintf("dns over tcp: %d connections at once", maxDNSTCPConns))
+		n.deps.Block(netpolicy.ProtoTCP, to, "", fmt.Sprintf("dns over tcp: %d connections at once", MaxDNSTCPConns))
 		return -1, errDNSTCPFull
 	}
 	fd, err := n.startDNSTCPConn(to)
@@ -164,14 +162,14 @@ func (n *names) startDNSTCP(to netip.AddrPort) (int, error) {
 	return fd, err
 }
 
-// maxDNSTCPConns bounds the TCP connections to the stack's resolver served
+// MaxDNSTCPConns bounds the TCP connections to the stack's resolver served
 // at once (each a goroutine, a socket pair and up to 64 KiB of query
 // buffered); one more is reset and recorded.
-const maxDNSTCPConns = 128
+const MaxDNSTCPConns = 128
 
 var errDNSTCPFull = errors.New("too many DNS connections over TCP")
 
-func (n *names) startDNSTCPConn(to netip.AddrPort) (int, error) {
+func (n *Names) startDNSTCPConn(to netip.AddrPort) (int, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
@@ -187,7 +185,7 @@ func (n *names) startDNSTCPConn(to netip.AddrPort) (int, error) {
 		return -1, err
 	}
 	conn := os.NewFile(uintptr(fds[1]), "dns")
-	if !n.st.goFlow(func() { n.serveDNSTCP(conn, to) }) {
+	if !n.deps.Spawn(func() { n.serveDNSTCP(conn, to) }) {
 		conn.Close()
 		unix.Close(fds[0])
 		return -1, errors.New("closing")
@@ -197,7 +195,7 @@ func (n *names) startDNSTCPConn(to netip.AddrPort) (int, error) {
 
 // answer builds the answer to query q (nil: none, drop it), limited to
 // limit bytes (a longer one is sent truncated, TC set).
-func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to netip.AddrPort, limit int) []byte {
+func (n *Names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to netip.AddrPort, limit int) []byte {
 	var p dnsmessage.Parser
 	h, err := p.Start(q)
 	if err != nil || h.Response {
@@ -221,17 +219,17 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 	}
 	ok, rule := n.rules.AllowName(name)
 	if !ok {
-		if _, valid := netpolicy.CanonicalName(name); valid && n.st.cfg.Ask != nil && askableName(rule) {
+		if _, valid := netpolicy.CanonicalName(name); valid && n.deps.Ask && admission.Askable(rule) {
 			return n.askAnswer(resp, qs, question, limit)
 		}
 		if rule == "" {
 			rule = "domain not allowed"
 		}
-		n.st.blockName(proto, to, name, rule)
+		n.deps.Block(proto, to, name, rule)
 		resp.RCode = dnsmessage.RCodeNameError
 		return build(resp, qs, nil, limit)
 	}
-	n.st.noteDNS(proto, to, name, question.Type, rule)
+	n.deps.NoteDNS(proto, to, name, question.Type, rule)
 	switch question.Type {
 	case dnsmessage.TypeA, dnsmessage.TypeAAAA:
 		v6 := question.Type == dnsmessage.TypeAAAA
@@ -241,7 +239,7 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 		addrs, rcode, err := n.lookup(ctx, name, question.Type)
 		n.prefetch(name, question.Type)
 		if err != nil {
-			n.st.cfg.Logf("userstack: dns %s %v: %v", name, question.Type, err)
+			n.deps.Logf("userstack: dns %s %v: %v", name, question.Type, err)
 			resp.RCode = dnsmessage.RCodeServerFailure
 			return build(resp, qs, nil, limit)
 		}
@@ -251,12 +249,12 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 		}
 		a, err := n.synthetic(name, v6)
 		if errors.Is(err, errTooManyNames) {
-			n.st.blockName(proto, to, name, fmt.Sprintf("synthetic names: %d handed out, no more", maxNames))
+			n.deps.Block(proto, to, name, fmt.Sprintf("synthetic names: %d handed out, no more", MaxNames))
 			resp.RCode = dnsmessage.RCodeServerFailure
 			return build(resp, qs, nil, limit)
 		}
 		if err != nil {
-			n.st.cfg.Logf("userstack: dns %s: %v", name, err)
+			n.deps.Logf("userstack: dns %s: %v", name, err)
 			resp.RCode = dnsmessage.RCodeServerFailure
 			return build(resp, qs, nil, limit)
 		}
@@ -264,9 +262,9 @@ func (n *names) answer(ctx context.Context, q []byte, proto netpolicy.Proto, to 
 	case dnsmessage.TypeHTTPS, dnsmessage.TypeSVCB, dnsmessage.TypeALL:
 		return build(resp, qs, nil, limit)
 	}
-	rcode, rrs, err := n.st.forwardUpstream(ctx, name, question)
+	rcode, rrs, err := n.forwardUpstream(ctx, name, question)
 	if err != nil {
-		n.st.cfg.Logf("userstack: dns %s %v: %v", name, question.Type, err)
+		n.deps.Logf("userstack: dns %s %v: %v", name, question.Type, err)
 		resp.RCode = dnsmessage.RCodeServerFailure
 		return build(resp, qs, nil, limit)
 	}
@@ -294,7 +292,7 @@ func oneQuestion(p *dnsmessage.Parser) ([]dnsmessage.Question, error) {
 
 // ttlOf is the TTL of a synthetic answer: the cached upstream TTL, at
 // least a second.
-func (n *names) ttlOf(name string, t dnsmessage.Type) uint32 {
+func (n *Names) ttlOf(name string, t dnsmessage.Type) uint32 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return max(1, min(n.cache[cacheKey{name, t}].ttl, dnsTTLMax))
@@ -321,12 +319,12 @@ func build(h dnsmessage.Header, qs []dnsmessage.Question, rrs []dnsmessage.Resou
 // resolveUpstream asks the upstream resolver for name's records of type t
 // (A or AAAA) and returns the addresses at the end of the CNAME chain
 // from name, their least TTL, and the answer's rcode.
-func (st *Stack) resolveUpstream(ctx context.Context, name string, t dnsmessage.Type) ([]netip.Addr, uint32, dnsmessage.RCode, error) {
+func (n *Names) resolveUpstream(ctx context.Context, name string, t dnsmessage.Type) ([]netip.Addr, uint32, dnsmessage.RCode, error) {
 	qn, err := dnsmessage.NewName(name + ".")
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	m, err := st.exchange(ctx, dnsmessage.Question{Name: qn, Type: t, Class: dnsmessage.ClassINET})
+	m, err := n.exchange(ctx, dnsmessage.Question{Name: qn, Type: t, Class: dnsmessage.ClassINET})
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -363,8 +361,8 @@ func (st *Stack) resolveUpstream(ctx context.Context, name string, t dnsmessage.
 		}
 	}
 	addrs = dedupAddrs(addrs)
-	if len(addrs) > maxCachedAddrs {
-		addrs = append([]netip.Addr(nil), addrs[:maxCachedAddrs]...) // not the whole answer's array
+	if len(addrs) > MaxCachedAddrs {
+		addrs = append([]netip.Addr(nil), addrs[:MaxCachedAddrs]...) // not the whole answer's array
 	}
 	return addrs, ttl, m.Header.RCode, nil
 }
@@ -372,12 +370,12 @@ func (st *Stack) resolveUpstream(ctx context.Context, name string, t dnsmessage.
 // forwardUpstream asks upstream for q (another type than A/AAAA) under
 // name, and returns the records of q's type owned by a name of the CNAME
 // chain, re-owned by q's name.
-func (st *Stack) forwardUpstream(ctx context.Context, name string, q dnsmessage.Question) (dnsmessage.RCode, []dnsmessage.Resource, error) {
+func (n *Names) forwardUpstream(ctx context.Context, name string, q dnsmessage.Question) (dnsmessage.RCode, []dnsmessage.Resource, error) {
 	qn, err := dnsmessage.NewName(name + ".")
 	if err != nil {
 		return 0, nil, err
 	}
-	m, err := st.exchange(ctx, dnsmessage.Question{Name: qn, Type: q.Type, Class: dnsmessage.ClassINET})
+	m, err := n.exchange(ctx, dnsmessage.Question{Name: qn, Type: q.Type, Class: dnsmessage.ClassINET})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -403,9 +401,9 @@ var errNoUpstream = errors.New("no upstream resolver")
 // most, then TCP if the answer is truncated) and returns its answer. The
 // upstream is dialed on the host side (through the Dialer, if any), as
 // the plain DNS relay does.
-func (st *Stack) exchange(ctx context.Context, q dnsmessage.Question) (*dnsmessage.Message, error) {
-	up, ok := st.upstream()
-	if !ok {
+func (n *Names) exchange(ctx context.Context, q dnsmessage.Question) (*dnsmessage.Message, error) {
+	up := n.deps.Upstream
+	if !up.IsValid() {
 		return nil, errNoUpstream
 	}
 	id := uint16(rand.Uint32())
@@ -422,9 +420,9 @@ func (st *Stack) exchange(ctx context.Context, q dnsmessage.Question) (*dnsmessa
 	}
 	var lastErr error
 	for try := range 2 {
-		m, err := st.exchangeOnce(ctx, "udp", up, pkt, time.Duration(2+2*try)*time.Second)
+		m, err := n.exchangeOnce(ctx, "udp", up, pkt, time.Duration(2+2*try)*time.Second)
 		if err == nil && m.Header.Truncated {
-			m, err = st.exchangeOnce(ctx, "tcp", up, pkt, 5*time.Second)
+			m, err = n.exchangeOnce(ctx, "tcp", up, pkt, 5*time.Second)
 		}
 		if err == nil {
 			if m.Header.ID != id || !m.Header.Response || len(m.Questions) != 1 ||
@@ -442,13 +440,13 @@ func (st *Stack) exchange(ctx context.Context, q dnsmessage.Question) (*dnsmessa
 	return nil, lastErr
 }
 
-func (st *Stack) exchangeOnce(ctx context.Context, network string, up netip.AddrPort, pkt []byte, timeout time.Duration) (*dnsmessage.Message, error) {
+func (n *Names) exchangeOnce(ctx context.Context, network string, up netip.AddrPort, pkt []byte, timeout time.Duration) (*dnsmessage.Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var conn net.Conn
 	var err error
-	if st.cfg.Dialer != nil {
-		conn, err = st.cfg.Dialer.DialContext(ctx, network, up.String())
+	if n.deps.Dialer != nil {
+		conn, err = n.deps.Dialer.DialContext(ctx, network, up.String())
 	} else {
 		var d net.Dialer
 		conn, err = d.DialContext(ctx, network, up.String())
@@ -502,9 +500,9 @@ func (st *Stack) exchangeOnce(ctx context.Context, network string, up netip.Addr
 }
 
 // prefetch resolves the other address family of name in the background,
-// so that a UDP flow to the name finds both in the cache (udpAdmit never
+// so that a UDP flow to the name finds both in the cache (admission never
 // waits on the packet path) without dropping its first datagram.
-func (n *names) prefetch(name string, asked dnsmessage.Type) {
+func (n *Names) prefetch(name string, asked dnsmessage.Type) {
 	other := dnsmessage.TypeAAAA
 	if asked == dnsmessage.TypeAAAA {
 		other = dnsmessage.TypeA
@@ -517,7 +515,7 @@ func (n *names) prefetch(name string, asked dnsmessage.Type) {
 // without asking upstream (so nothing about the name leaves the sandbox
 // before a person approves a connection to it); other types with an
 // empty answer. The connection to the address is what asks.
-func (n *names) askAnswer(resp dnsmessage.Header, qs []dnsmessage.Question, question dnsmessage.Question, limit int) []byte {
+func (n *Names) askAnswer(resp dnsmessage.Header, qs []dnsmessage.Question, question dnsmessage.Question, limit int) []byte {
 	v6 := question.Type == dnsmessage.TypeAAAA
 	if question.Type != dnsmessage.TypeA && !v6 || v6 && n.cfg.NoIPv6 {
 		return build(resp, qs, nil, limit)
@@ -527,7 +525,7 @@ func (n *names) askAnswer(resp dnsmessage.Header, qs []dnsmessage.Question, ques
 		resp.RCode = dnsmessage.RCodeServerFailure
 		return build(resp, qs, nil, limit)
 	}
-	return build(resp, qs, []dnsmessage.Resource{addressRecord(question.Name, a, v6, dnsTTLMin)}, limit)
+	return build(resp, qs, []dnsmessage.Resource{addressRecord(question.Name, a, v6, TTLMin)}, limit)
 }
 
 // addressRecord is the answer that name has address a: an AAAA record
