@@ -1,9 +1,13 @@
 package sshagent
 
 import (
+	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh/agent"
 )
 
 // A session binds each connection to a host key of its own making (one
@@ -56,3 +60,108 @@ func TestRefusalFloodBounded(t *testing.T) {
 	}
 }
 
+// countingAgent is the caller's agent, counting the connections open to
+// it at once (the most seen).
+func countingAgent(t *testing.T, a agent.Agent) (sock string, peak func() int) {
+	t.Helper()
+	sock = t.TempDir() + "/backing.sock"
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	open, most := 0, 0
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			open++
+			most = max(most, open)
+			mu.Unlock()
+			go func() {
+				_ = agent.ServeAgent(a, c)
+				c.Close()
+				mu.Lock()
+				open--
+				mu.Unlock()
+			}()
+		}
+	}()
+	return sock, func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return most
+	}
+}
+
+// A session opens connection after connection to the agent and keeps
+// them: each held one to the caller's own agent (whose descriptors are
+// the caller's, outside every sandbox) and a goroutine of the launcher.
+// At most MaxConns are served at once; the rest are closed, and once
+// the session lets go, new connections are served again.
+func TestServerConnsBounded(t *testing.T) {
+	l := newLab(t)
+	backing, peak := countingAgent(t, l.backing)
+	var mu sync.Mutex
+	var lines []string
+	p := l.policy(t, Config{})
+	p.report = func(s string) {
+		mu.Lock()
+		lines = append(lines, s)
+		mu.Unlock()
+	}
+	s, err := Listen(p, backing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 3 * MaxConns
+	var conns []net.Conn
+	served := 0
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("unix", s.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if _, err := agent.NewClient(c).List(); err == nil {
+			served++
+		}
+	}
+	if served > MaxConns || peak() > MaxConns {
+		t.Errorf("%d of %d connections served at once, %d connections to the caller's agent at once; want at most %d", served, n, peak(), MaxConns)
+	}
+	if served < MaxConns {
+		t.Errorf("only %d connections served, want %d", served, MaxConns)
+	}
+	mu.Lock()
+	nl := len(lines)
+	mu.Unlock()
+	if nl != 1 {
+		t.Errorf("%d lines for the connections closed, want 1", nl)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	// The server notices the closes on its own goroutines: a new
+	// connection is served once it has.
+	for i := 0; ; i++ {
+		c, err := net.Dial("unix", s.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = agent.NewClient(c).List()
+		c.Close()
+		if err == nil {
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("no connection served after the others closed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

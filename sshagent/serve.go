@@ -62,8 +62,14 @@ type Server struct {
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	conns   map[net.Conn]bool
+	over    int // connections closed at MaxConns
 	closed  bool
 }
+
+// MaxConns bounds the sandbox's connections to the agent open at once
+// (ssh and git use one per ssh connection; each holds a connection to
+// the caller's agent).
+const MaxConns = 64
 
 // Listen creates a private (0700) directory and listens on a socket in
 // it; each connection is served by p's agent over a connection of its own
@@ -115,6 +121,20 @@ func (s *Server) accept() {
 			s.mu.Unlock()
 			c.Close()
 			return
+		}
+		if len(s.conns) >= MaxConns {
+			// Each connection holds one to the caller's own agent (or
+			// a goroutine, for the key files): a session must not
+			// hold that agent's descriptors, or the launcher's,
+			// without end.
+			s.over++
+			over := s.over
+			s.mu.Unlock()
+			c.Close()
+			if over == 1 {
+				s.Policy.report(fmt.Sprintf("ssh-agent: more than %d connections at once: the next ones are closed", MaxConns))
+			}
+			continue
 		}
 		s.conns[c] = true
 		s.wg.Add(1)
