@@ -263,10 +263,13 @@ type entry struct {
 	done chan struct{}
 	v    Verdict
 	why  error
-	req  Request
-	key  destKey
-	held map[netip.AddrPort]func()
-	stop func() bool
+	// scope is how far an approved ssh-sign request reaches (set
+	// before done is closed).
+	scope Scope
+	req   Request
+	key   destKey
+	held  map[netip.AddrPort]func()
+	stop  func() bool
 }
 
 // Broker holds and decides a sandbox's requests. Safe for concurrent use.
@@ -472,6 +475,9 @@ func (b *Broker) Approve(id int, scope Scope) (Request, error) {
 		b.mu.Unlock()
 		return req, ErrAlwaysSign
 	}
+	if sign {
+		e.scope = scope
+	}
 	if sign && scope == Session && len(b.signOK) < maxDecided {
 		// Before the waiting signatures go: one that comes meanwhile
 		// passes too.
@@ -654,29 +660,54 @@ var (
 // once or for the session, denied, or the timeout): nil lets it be made.
 // A (host, key) approved for the session passes without asking; a
 // signature asked for while another for the same host and key waits
-// joins its request. Unlike a flow's, a denial is that request's: the
-// next signature asks again.
+// joins its request: a denial or the timeout refuses it too, an approval
+// for the session makes it, an approval once does not (once is the
+// signature the request showed: the joined one asks for itself). Unlike a
+// flow's, a denial is that request's: the next signature asks again.
 func (b *Broker) ConfirmSign(s Sign) error {
+	for {
+		e, joined, err := b.confirmSign(s)
+		if e == nil {
+			return err
+		}
+		<-e.done
+		if e.v != Pass {
+			return e.why
+		}
+		if joined && e.scope == Once {
+			// Approved once: the signature shown (its process) is
+			// made; one that joined it asks for itself.
+			continue
+		}
+		return nil
+	}
+}
+
+// confirmSign opens s's request, or joins the one pending for its host
+// and key (joined): nil when s needs none (err: nil, approved for the
+// session; else refused).
+func (b *Broker) confirmSign(s Sign) (e *entry, joined bool, err error) {
 	k := destKey{sign: s.Key, name: s.Host, port: s.Port}
 	now := b.cfg.Now()
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return ErrClosed
+		return nil, false, ErrClosed
 	}
 	if _, ok := b.signOK[k]; ok {
 		b.mu.Unlock()
-		return nil
+		return nil, false, nil
 	}
-	e := b.pending[k]
+	e = b.pending[k]
 	var req Request
 	if e != nil {
 		e.req.Held++
+		joined = true
 	} else {
 		if len(b.pending) >= b.cfg.MaxPending {
 			b.overflow++
 			b.mu.Unlock()
-			return ErrTooMany
+			return nil, false, ErrTooMany
 		}
 		e = &entry{key: k, done: make(chan struct{})}
 		e.req = Request{Proto: "ssh", Name: s.Host, Port: s.Port, Kind: KindSSHSign, Key: s.Key, Who: s.Who}
@@ -686,9 +717,5 @@ func (b *Broker) ConfirmSign(s Sign) error {
 	if req.ID != 0 && b.cfg.OnRequest != nil {
 		b.cfg.OnRequest(req)
 	}
-	<-e.done
-	if e.v == Pass {
-		return nil
-	}
-	return e.why
+	return e, joined, nil
 }
