@@ -36,8 +36,8 @@ ssh, the host and the key). Answer with claude-sandbox approve REQ or claude-san
 const approveHelp = `Usage: claude-sandbox approve REQ [--once|--session|--always]
        claude-sandbox deny REQ
 
-Answers request REQ (as claude-sandbox requests lists it: N, or ID/N when
-two sandboxes have a request N). approve lets the held connection(s) go:
+Answers request REQ (as claude-sandbox requests lists it: N, or ID/N;
+N alone only while one sandbox runs in the ask mode). approve lets the held connection(s) go:
 --session (the default) adds the destination to the sandbox's reach for
 its life, as claude-sandbox allow does (a name with its port, an address
 with every port, a host port); --once lets only the connections held for
@@ -262,17 +262,31 @@ func approveMain(verb string, args []string, stdout, stderr io.Writer) int {
 		}
 		sandboxes = []control.Sandbox{s}
 	} else {
-		// The sandbox whose pending requests hold N: exactly one.
+		// The sandbox whose pending requests hold N: exactly one, and
+		// the only one in the ask mode. With two, the N a notice named
+		// may have been answered or expired in its sandbox while the
+		// other's N (a session can time its requests) waits: N alone
+		// would answer that one.
+		var asking []string
 		for _, s := range control.Find(uid, os.Getenv) {
 			r, ok := askCall(verb, s, control.Request{Op: control.OpRequests}, io.Discard)
 			if !ok || !r.OK {
 				continue
 			}
+			asking = append(asking, s.ID)
 			for _, q := range r.Requests {
 				if q.ID == req {
 					sandboxes = append(sandboxes, s)
 				}
 			}
+		}
+		if len(asking) > 1 && len(sandboxes) <= 1 {
+			var ids []string
+			for _, id := range asking {
+				ids = append(ids, id+"/"+num)
+			}
+			fmt.Fprintf(stderr, "claude-sandbox %s: %d sandboxes run in the ask mode: name the sandbox, %s (the notice's sandbox; claude-sandbox requests lists them)\n", verb, len(asking), strings.Join(ids, " or "))
+			return 1
 		}
 		switch len(sandboxes) {
 		case 0:

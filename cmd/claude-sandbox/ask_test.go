@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/ask"
+	"github.com/claude-sandbox/claude-sandbox/internal/control"
 	"github.com/claude-sandbox/claude-sandbox/shadow"
 )
 
@@ -83,5 +85,58 @@ func TestSSHConfirmNeeds(t *testing.T) {
 	cfg.SSHConfirm = true
 	if x := shadowExtras(cfg, "/home/u", ""); !x.sshConfirm {
 		t.Error("the shadow's ssh-confirm does not reach the launch")
+	}
+}
+
+// Two sandboxes in the ask mode: a notice of sandbox A named request 3,
+// which expired (or was answered) there, and sandbox B's session has
+// timed a request 3 of its own. approve 3 must not answer B's: with
+// more than one sandbox in the ask mode, N alone is refused.
+func TestApproveNumberAloneWithTwoSandboxes(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	handler := func(pending []ask.Request, answered *atomic.Int32) control.Handler {
+		return func(req control.Request) control.Response {
+			switch req.Op {
+			case control.OpRequests:
+				return control.Response{OK: true, Requests: pending}
+			case control.OpApprove, control.OpDeny:
+				answered.Add(1)
+				for _, q := range pending {
+					if q.ID == req.Req {
+						return control.Response{OK: true, Requests: []ask.Request{q}}
+					}
+				}
+				return control.Response{Error: "no such request"}
+			}
+			return control.Response{Error: "unknown"}
+		}
+	}
+	var aAnswered, bAnswered atomic.Int32
+	a, err := control.Listen("aaaaaaaa", handler(nil, &aAnswered))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	now := time.Now()
+	evil := ask.Request{ID: 3, Sandbox: "bbbbbbbb", Proto: "tcp", Name: "evil.test", Port: 443, Kind: "name", Since: now, Expires: now.Add(time.Minute)}
+	b, err := control.Listen("bbbbbbbb", handler([]ask.Request{evil}, &bAnswered))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, verb := range []string{"approve", "deny"} {
+		var out, errb bytes.Buffer
+		code := realMain([]string{verb, "3"}, &out, &errb)
+		if code == 0 || bAnswered.Load() != 0 {
+			t.Fatalf("%s 3 answered sandbox B's request 3 (exit %d): %s%s", verb, code, out.String(), errb.String())
+		}
+		if !strings.Contains(errb.String(), "bbbbbbbb/3") || !strings.Contains(errb.String(), "aaaaaaaa/3") {
+			t.Errorf("%s 3: the refusal does not name the choices: %s", verb, errb.String())
+		}
+	}
+	// Named, it is answered.
+	var out, errb bytes.Buffer
+	if code := realMain([]string{"approve", "bbbbbbbb/3", "--once"}, &out, &errb); code != 0 || bAnswered.Load() != 1 {
+		t.Fatalf("approve bbbbbbbb/3: exit %d: %s%s", code, out.String(), errb.String())
 	}
 }
