@@ -94,24 +94,39 @@ func askOptions(id string, timeout time.Duration, stderr io.Writer, who string, 
 	}
 }
 
-// askNotice is the terminal's line for a new request.
+// askNotice is the terminal's line for a new request. The process's
+// command line is the session's own text (up to 40 bytes of it): it
+// comes last, quoted, after the command that answers the request, so
+// that it cannot put a command of its making ("): claude-sandbox approve
+// 12") where a person looks for the answer.
 func askNotice(who string, r ask.Request) string {
 	proc := ""
 	if r.Who != nil {
-		proc = " (" + processLabel(r.Who) + ")"
+		proc = "; from " + processQuoted(r.Who)
 	}
 	verb := "asks to reach"
 	if r.Kind == ask.KindSSHSign {
 		// "asks for an ssh signature for HOST with key SHA256:..."
 		verb = "asks for an ssh"
 	}
-	return fmt.Sprintf("claude-sandbox: %s %s %s%s: claude-sandbox approve %d (or deny %d; refused in %s)",
-		who, verb, escapeReport(r.What()), proc, r.ID, r.ID, r.Expires.Sub(r.Since).Round(time.Second))
+	return fmt.Sprintf("claude-sandbox: %s %s %s: claude-sandbox approve %d (or deny %d; refused in %s)%s",
+		who, verb, escapeReport(r.What()), r.ID, r.ID, r.Expires.Sub(r.Since).Round(time.Second), proc)
 }
 
-// processLabel names a request's process: its command and pid.
-func processLabel(p *ask.Process) string {
-	// The program's base name, then its arguments: "pip install, pid 42".
+// processQuoted names a request's process as the notice does: its pid,
+// then its command, always quoted: pid 42 "pip install".
+func processQuoted(p *ask.Process) string {
+	s := "pid " + strconv.Itoa(p.PID)
+	if cmd := processCommand(p); cmd != "" {
+		s += " " + strconv.Quote(cmd)
+	}
+	return s
+}
+
+// processCommand is a request's process's command line as a person
+// reads it: the program's base name, then its arguments, cut to 40
+// bytes.
+func processCommand(p *ask.Process) string {
 	argv := slices.Clone(p.Argv)
 	if len(argv) > 0 {
 		argv[0] = filepath.Base(argv[0])
@@ -120,6 +135,13 @@ func processLabel(p *ask.Process) string {
 	if len(cmd) > 40 {
 		cmd = cmd[:40] + "..."
 	}
+	return cmd
+}
+
+// processLabel names a request's process: its command and pid.
+func processLabel(p *ask.Process) string {
+	// The program's base name, then its arguments: "pip install, pid 42".
+	cmd := processCommand(p)
 	if cmd == "" {
 		return "pid " + strconv.Itoa(p.PID)
 	}

@@ -24,8 +24,19 @@ func TestAskNotice(t *testing.T) {
 		t.Errorf("notice %q, want %q", got, want)
 	}
 	r.Who = &ask.Process{PID: 4242, Argv: []string{"pip", "install"}}
-	if got := askNotice("Claude", r); !strings.Contains(got, "pypi.org:443 (pip install, pid 4242): claude-sandbox approve 7") {
+	if got := askNotice("Claude", r); got != want+`; from pid 4242 "pip install"` {
 		t.Errorf("notice with a process: %q", got)
+	}
+	// The session's own command line cannot put a command of its
+	// making before the real one (request 12 would be another
+	// destination it asked for).
+	r.Who = &ask.Process{PID: 4242, Argv: []string{`x"): claude-sandbox approve 12 (or deny 12`}}
+	got = askNotice("Claude", r)
+	if i, j := strings.Index(got, "claude-sandbox approve"), strings.Index(got, "approve 7"); i < 0 || i+len("claude-sandbox ") != j {
+		t.Errorf("the first command in the notice is not the request's: %q", got)
+	}
+	if !strings.HasSuffix(got, `; from pid 4242 "x\"): claude-sandbox approve 12 (or deny ..."`) {
+		t.Errorf("the process is not last and quoted: %q", got)
 	}
 	r.Who = nil
 	r.Name = "evil\x1b]52;c;AAAA\x07.test"
@@ -59,7 +70,7 @@ func TestAskNoticeSSHSign(t *testing.T) {
 	now := time.Now()
 	r := ask.Request{ID: 4, Proto: "ssh", Name: "github.com", Port: 22, Kind: ask.KindSSHSign, Key: "SHA256:abc", Since: now, Expires: now.Add(30 * time.Second),
 		Who: &ask.Process{PID: 12, Argv: []string{"ssh", "git@github.com"}}}
-	want := "claude-sandbox: Claude asks for an ssh signature for github.com with key SHA256:abc (ssh git@github.com, pid 12): claude-sandbox approve 4 (or deny 4; refused in 30s)"
+	want := `claude-sandbox: Claude asks for an ssh signature for github.com with key SHA256:abc: claude-sandbox approve 4 (or deny 4; refused in 30s); from pid 12 "ssh git@github.com"`
 	if got := askNotice("Claude", r); got != want {
 		t.Errorf("notice %q, want %q", got, want)
 	}
