@@ -60,6 +60,35 @@ func TestRefusalFloodBounded(t *testing.T) {
 	}
 }
 
+// A session-bind whose signature does not verify is refused before it
+// counts as a binding: a session sends them in a loop on one connection.
+// Their lines are bounded with the refusals'.
+func TestBadBindFloodBounded(t *testing.T) {
+	l := newLab(t)
+	var mu sync.Mutex
+	var lines []string
+	p := l.policy(t, Config{})
+	p.report = func(s string) {
+		mu.Lock()
+		lines = append(lines, s)
+		mu.Unlock()
+	}
+	a := connect(t, p, l.backing)
+	const n = 200
+	for i := 0; i < n; i++ {
+		// The allowed host's key, a signature by another.
+		if err := bind(t, a, l.forge, l.other.signer, sid(1), false); err == nil {
+			t.Fatal("a forged session-bind was taken")
+		}
+	}
+	mu.Lock()
+	shown := len(lines)
+	mu.Unlock()
+	if shown > maxShown+1 {
+		t.Errorf("%d lines on the caller's terminal for %d forged session-binds, want at most %d", shown, n, maxShown+1)
+	}
+}
+
 // countingAgent is the caller's agent, counting the connections open to
 // it at once (the most seen).
 func countingAgent(t *testing.T, a agent.Agent) (sock string, peak func() int) {

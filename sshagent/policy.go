@@ -455,6 +455,16 @@ func (p *Policy) refuse(where string, key ssh.PublicKey, why string) error {
 		counted = otherPlaces
 	}
 	p.refused[counted]++
+	p.mu.Unlock()
+	p.show(fmt.Sprintf("ssh-agent: refused a signature (%s): %s", where, why))
+	p.event(Event{Host: where, Key: ssh.FingerprintSHA256(key), Reason: why})
+	return fmt.Errorf("refused by the sandbox's ssh-agent: %s", why)
+}
+
+// show reports a refusal's line: the first maxShown, then one saying the
+// rest are only counted.
+func (p *Policy) show(line string) {
+	p.mu.Lock()
 	shown := p.shown
 	if shown <= maxShown {
 		p.shown++
@@ -462,12 +472,10 @@ func (p *Policy) refuse(where string, key ssh.PublicKey, why string) error {
 	p.mu.Unlock()
 	switch {
 	case shown < maxShown:
-		p.report(fmt.Sprintf("ssh-agent: refused a signature (%s): %s", where, why))
+		p.report(line)
 	case shown == maxShown:
-		p.report(fmt.Sprintf("ssh-agent: refused a signature (%s): %s; further refusals are counted, not shown (the exit summary, the audit log)", where, why))
+		p.report(line + "; further refusals are counted, not shown (the exit summary, the audit log)")
 	}
-	p.event(Event{Host: where, Key: ssh.FingerprintSHA256(key), Reason: why})
-	return fmt.Errorf("refused by the sandbox's ssh-agent: %s", why)
 }
 
 // Counts returns how many signatures were made per allowed host, and how
