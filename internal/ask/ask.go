@@ -113,6 +113,38 @@ type Process struct {
 	Cwd  string   `json:"cwd,omitempty"`
 }
 
+// A request's process, as the broker keeps it: every pending request is
+// in each listing (requests, watch's polls), and the process's command
+// line and working directory are the session's text (the lookup keeps
+// up to 64 arguments of 512 bytes each, escaped: tens of KiB a request).
+// The audit log's records have the lookup's whole answer.
+const (
+	maxWhoArgv = 1024 // bytes of the arguments kept
+	maxWhoCwd  = 512  // bytes of the working directory kept
+)
+
+// boundWho returns p cut to maxWhoArgv bytes of arguments (the one that
+// crosses it cut, "..." after it) and maxWhoCwd of working directory.
+func boundWho(p *Process) *Process {
+	if p == nil {
+		return nil
+	}
+	q := &Process{PID: p.PID, Cwd: p.Cwd}
+	if len(q.Cwd) > maxWhoCwd {
+		q.Cwd = q.Cwd[:maxWhoCwd] + "..."
+	}
+	n := 0
+	for _, a := range p.Argv {
+		if n+len(a) > maxWhoArgv {
+			q.Argv = append(q.Argv, a[:maxWhoArgv-n]+"...")
+			break
+		}
+		q.Argv = append(q.Argv, a)
+		n += len(a)
+	}
+	return q
+}
+
 // Flow is a flow the policy refused, as its refuser saw it.
 type Flow struct {
 	Proto netpolicy.Proto
@@ -372,7 +404,7 @@ func (b *Broker) Ask(f Flow) Verdict {
 	}
 	e := &entry{key: k, held: map[netip.AddrPort]func(){f.Src: f.Retry}}
 	kept = true
-	e.req = Request{Proto: f.Proto.String(), Name: f.Name, Port: f.Dst.Port(), Who: f.Who}
+	e.req = Request{Proto: f.Proto.String(), Name: f.Name, Port: f.Dst.Port(), Who: boundWho(f.Who)}
 	switch {
 	case f.HostPort:
 		e.req.Kind = "host-port"
@@ -415,7 +447,7 @@ func (b *Broker) openLocked(e *entry, now time.Time) Request {
 // fillWho names the process behind request req's flow f (Config.Who),
 // then tells OnRequest of it.
 func (b *Broker) fillWho(e *entry, f Flow, req Request) {
-	if w := b.cfg.Who(f); w != nil {
+	if w := boundWho(b.cfg.Who(f)); w != nil {
 		req.Who = w
 		b.mu.Lock()
 		if b.byID[req.ID] == e {
@@ -710,7 +742,7 @@ func (b *Broker) confirmSign(s Sign) (e *entry, joined bool, err error) {
 			return nil, false, ErrTooMany
 		}
 		e = &entry{key: k, done: make(chan struct{})}
-		e.req = Request{Proto: "ssh", Name: s.Host, Port: s.Port, Kind: KindSSHSign, Key: s.Key, Who: s.Who}
+		e.req = Request{Proto: "ssh", Name: s.Host, Port: s.Port, Kind: KindSSHSign, Key: s.Key, Who: boundWho(s.Who)}
 		req = b.openLocked(e, now)
 	}
 	b.mu.Unlock()
