@@ -2,12 +2,16 @@ package sshagent
 
 import (
 	"net"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh/agent"
+
+	"github.com/claude-sandbox/claude-sandbox/internal/testutil"
 )
 
 // A session binds each connection to a host key of its own making (one
@@ -192,5 +196,61 @@ func TestServerConnsBounded(t *testing.T) {
 			t.Fatalf("no connection served after the others closed: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A sandbox that sees the host's temporary directory (--bind /tmp)
+// reaches the agent sockets of launchers started after it: with the
+// sandbox's user namespace set, a peer in any other is refused before
+// anything is served, and one in it is served.
+func TestServerPeerNamespace(t *testing.T) {
+	l := newLab(t)
+	var mu sync.Mutex
+	var lines []string
+	p := l.policy(t, Config{})
+	p.report = func(s string) {
+		mu.Lock()
+		lines = append(lines, s)
+		mu.Unlock()
+	}
+	s, err := Listen(p, testutil.ServeAgent(t, l.backing))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	own, err := os.Readlink("/proc/self/ns/user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func() error {
+		c, err := net.Dial("unix", s.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, err = agent.NewClient(c).List()
+		return err
+	}
+	// This test's process plays the other sandbox's: the sandbox's
+	// namespace is another than its own.
+	var want atomic.Value
+	want.Store("user:[1]")
+	s.SetSandboxNS(func() string { return want.Load().(string) })
+	if err := list(); err == nil {
+		t.Fatal("a peer in another user namespace than the sandbox's was served")
+	}
+	want.Store("") // the sandbox's init not known yet
+	if err := list(); err == nil {
+		t.Fatal("a peer was served before the sandbox's namespace was known")
+	}
+	mu.Lock()
+	got := strings.Join(lines, "\n")
+	mu.Unlock()
+	if !strings.Contains(got, "refused a connection from outside this sandbox") {
+		t.Errorf("no line for the refused peer: %q", got)
+	}
+	want.Store(own)
+	if err := list(); err != nil {
+		t.Fatalf("a peer in the sandbox's namespace: %v", err)
 	}
 }
