@@ -101,22 +101,32 @@ func watchMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	var mu sync.Mutex
+	// promptLast: the last line shown is the prompt of the request a key
+	// answers (the head of the queue). Any other line (a new request, a
+	// count of refusals) is followed by that prompt again, so the last
+	// line never names another request than the one a key answers.
+	promptLast := false
 	say := func(format string, a ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(stdout, format+eol, a...)
+		promptLast = false
 	}
 	say("claude-sandbox watch: keys: a approve (session), o once, d deny, s skip, q quit")
 	seen := map[watchKey]bool{}
 	blocked := map[string]int{}
 	var queue []ask.Request // shown, not yet answered here
 	paths := map[string]control.Sandbox{}
-	var shown time.Time // when the head's prompt was shown
+	var shown time.Time   // when the head's prompt was first shown
+	var prompted watchKey // the request of that prompt
 	prompt := func() {
 		if len(queue) > 0 {
 			q := queue[0]
-			shown = time.Now()
+			if k := (watchKey{q.Sandbox, q.ID}); k != prompted {
+				shown, prompted = time.Now(), k
+			}
 			say("%s/%d: %s %s: [a]pprove, [o]nce, [d]eny, [s]kip?", q.Sandbox, q.ID, q.Proto, escapeReport(q.What()))
+			promptLast = true
 		}
 	}
 	poll := func() {
@@ -240,6 +250,9 @@ func watchMain(args []string, stdout, stderr io.Writer) int {
 			}
 		case <-tick.C:
 			poll()
+		}
+		if !promptLast {
+			prompt()
 		}
 	}
 }

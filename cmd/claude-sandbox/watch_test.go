@@ -20,6 +20,7 @@ type fakeAsker struct {
 	mu       sync.Mutex
 	pending  []ask.Request
 	polls    int
+	blocked  int
 	answered atomic.Int32
 }
 
@@ -35,7 +36,7 @@ func (f *fakeAsker) handle(req control.Request) control.Response {
 	switch req.Op {
 	case control.OpRequests:
 		f.polls++
-		return control.Response{OK: true, Requests: f.pending, Status: &control.Status{Ask: true}}
+		return control.Response{OK: true, Requests: f.pending, Status: &control.Status{Ask: true, Blocked: f.blocked}}
 	case control.OpApprove, control.OpDeny:
 		f.answered.Add(1)
 		for _, q := range f.pending {
@@ -114,7 +115,7 @@ func TestWatchKeyNotForANewPrompt(t *testing.T) {
 	defer func() { watchSettle = old }()
 	watchSettle = time.Hour // every key in this run comes right after its prompt
 	f.set(benign)
-	keys, lines, done := runWatch(t, id)
+	keys, lines, _ := runWatch(t, id)
 	waitWatchLine(t, lines, id+"/1: tcp pypi.org:443: [a]pprove")
 	// Request 1 expires; request 2 is the head now.
 	f.set(evil)
@@ -128,13 +129,6 @@ func TestWatchKeyNotForANewPrompt(t *testing.T) {
 			t.Fatalf("key %q, sent as request 2's prompt appeared, answered it: %q", strings.TrimSpace(k), got)
 		}
 	}
-	if _, err := io.WriteString(keys, "q\n"); err != nil {
-		t.Fatal(err)
-	}
-	if code := <-done; code != 0 {
-		t.Errorf("watch exit %d", code)
-	}
-	done <- 0 // for the cleanup
 }
 
 // Once the prompt has been shown long enough, a key answers it.
@@ -159,5 +153,44 @@ func TestWatchKeyAnswers(t *testing.T) {
 	}
 	if got := waitWatchLine(t, lines, "press again", "approved"); !strings.Contains(got, "approved (session)") || f.answered.Load() != 1 {
 		t.Fatalf("the key did not answer: %q", got)
+	}
+}
+
+// The session makes request 1 (a destination a person would deny), then
+// request 2 (one they would approve), and keeps refused flows coming:
+// the lines for request 2 and for the refusals must not be the last a
+// person reads while a key answers request 1: its prompt follows each.
+func TestWatchPromptIsLastLine(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	const id = "uuuuuuuu"
+	now := time.Now()
+	evil := ask.Request{ID: 1, Sandbox: id, Proto: "tcp", Name: "evil.test", Port: 443, Kind: "name", Since: now, Expires: now.Add(time.Minute)}
+	benign := ask.Request{ID: 2, Sandbox: id, Proto: "tcp", Name: "pypi.org", Port: 443, Kind: "name", Since: now, Expires: now.Add(time.Minute)}
+	f := &fakeAsker{}
+	f.set(evil)
+	srv, err := control.Listen(id, f.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	_, lines, _ := runWatch(t, id)
+	head := id + "/1: tcp evil.test:443: [a]pprove"
+	waitWatchLine(t, lines, head)
+	f.set(evil, benign)
+	waitWatchLine(t, lines, "request 2: tcp pypi.org:443")
+	f.mu.Lock()
+	f.blocked = 7
+	f.mu.Unlock()
+	for _, after := range []string{"request 2", "7 flows refused"} {
+		next, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(next, head) {
+			t.Fatalf("after the line for %s came %q, not the prompt of request 1, which a key answers", after, next)
+		}
+		if after == "request 2" {
+			waitWatchLine(t, lines, "7 flows refused")
+		}
 	}
 }
