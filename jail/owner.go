@@ -58,6 +58,20 @@ type owners struct {
 // /proc. The engine calls it before Attach.
 func (j *Jail) SetInitPID(pid int) { j.own.initPID.Store(int64(pid)) }
 
+// SandboxUserNS names the sandbox's user namespace (readlink of its
+// init's /proc/PID/ns/user); "" while its init is not known.
+func (j *Jail) SandboxUserNS() string {
+	pid := j.own.initPID.Load()
+	if pid <= 0 {
+		return ""
+	}
+	ns, err := os.Readlink("/proc/" + strconv.FormatInt(pid, 10) + "/ns/user")
+	if err != nil {
+		return ""
+	}
+	return ns
+}
+
 // FlowOwner returns the process behind the sandbox's flow of proto ("tcp"
 // or "udp") from src (the sandbox's end; the zero AddrPort when unknown:
 // dst must then name one socket) to dst, if its socket is still open. It

@@ -403,6 +403,10 @@ func Start(ctx context.Context, spec Spec) (*Sandbox, error) {
 		}
 		s.jail = jail.New(setup, jopts)
 		nopts.Jail = s.jail
+		if s.agent != nil {
+			// Only this sandbox's processes use its agent.
+			s.agent.SetSandboxNS(s.jail.SandboxUserNS)
+		}
 		if s.agent != nil && spec.SSHAgent.Confirm {
 			s.agent.Policy.SetConfirm(sshagent.ConfirmBy(s.jail.Asks()))
 		}

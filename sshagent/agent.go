@@ -169,7 +169,7 @@ func (c *conn) Extension(typ string, contents []byte) ([]byte, error) {
 	}
 	if err := hk.Verify(m.SessionID, &sig); err != nil {
 		why := fmt.Sprintf("the host key %s did not sign the session identifier", ssh.FingerprintSHA256(hk))
-		c.p.report("ssh-agent: refused a session-bind: " + why)
+		c.p.show("ssh-agent: refused a session-bind: " + why)
 		c.p.event(Event{Host: "host key " + ssh.FingerprintSHA256(hk), Reason: "session-bind: " + why})
 		return nil, fmt.Errorf("session-bind: bad signature: %v", err)
 	}

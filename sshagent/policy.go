@@ -146,8 +146,22 @@ type Policy struct {
 	confirm func(Signature) error
 	signed  map[string]int
 	refused map[string]int
+	shown   int // refusals reported (Report) so far
 	events  func(Event)
 }
+
+// A session makes refusals at will (a binding to a host key of its own
+// making is refused, a new one on each connection): the lines on the
+// caller's terminal and the places the exit summary counts are bounded.
+const (
+	// maxShown refusals are reported one line each; the later ones only
+	// counted (one line says so).
+	maxShown = 16
+	// maxPlaces places are counted apart; a refusal at any other is
+	// counted under otherPlaces.
+	maxPlaces   = 16
+	otherPlaces = "other host keys"
+)
 
 // ParseHost reads HOST or HOST:PORT (an IPv6 address in brackets when a
 // port follows), or a preset (@github: github.com, port 22).
@@ -436,11 +450,32 @@ func (p *Policy) countSigned(h *host, key ssh.PublicKey) {
 
 func (p *Policy) refuse(where string, key ssh.PublicKey, why string) error {
 	p.mu.Lock()
-	p.refused[where]++
+	counted := where
+	if _, ok := p.refused[where]; !ok && len(p.refused) >= maxPlaces {
+		counted = otherPlaces
+	}
+	p.refused[counted]++
 	p.mu.Unlock()
-	p.report(fmt.Sprintf("ssh-agent: refused a signature (%s): %s", where, why))
+	p.show(fmt.Sprintf("ssh-agent: refused a signature (%s): %s", where, why))
 	p.event(Event{Host: where, Key: ssh.FingerprintSHA256(key), Reason: why})
 	return fmt.Errorf("refused by the sandbox's ssh-agent: %s", why)
+}
+
+// show reports a refusal's line: the first maxShown, then one saying the
+// rest are only counted.
+func (p *Policy) show(line string) {
+	p.mu.Lock()
+	shown := p.shown
+	if shown <= maxShown {
+		p.shown++
+	}
+	p.mu.Unlock()
+	switch {
+	case shown < maxShown:
+		p.report(line)
+	case shown == maxShown:
+		p.report(line + "; further refusals are counted, not shown (the exit summary, the audit log)")
+	}
 }
 
 // Counts returns how many signatures were made per allowed host, and how

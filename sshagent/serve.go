@@ -62,8 +62,46 @@ type Server struct {
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	conns   map[net.Conn]bool
+	over    int // connections closed at MaxConns
 	closed  bool
+	// sandboxNS, when set, names the user namespace the peers must be
+	// in (SetSandboxNS).
+	sandboxNS func() string
 }
+
+// SetSandboxNS makes the agent serve only peers in the user namespace f
+// names (readlink /proc/PID/ns/user of the sandbox's init; "" while it
+// is not known, when every peer is refused). The socket's directory is
+// in the host's $TMPDIR: a sandbox that sees it (--bind /tmp) reaches
+// the sockets of launchers started after it, and each sandbox has a
+// user namespace of its own.
+func (s *Server) SetSandboxNS(f func() string) {
+	s.mu.Lock()
+	s.sandboxNS = f
+	s.mu.Unlock()
+}
+
+// peerAllowed reports whether c's peer may use the agent.
+func (s *Server) peerAllowed(c net.Conn) bool {
+	s.mu.Lock()
+	f := s.sandboxNS
+	s.mu.Unlock()
+	if f == nil {
+		return true
+	}
+	want := f()
+	pid := peerPID(c)
+	if want == "" || pid <= 0 {
+		return false
+	}
+	got, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/user")
+	return err == nil && got == want
+}
+
+// MaxConns bounds the sandbox's connections to the agent open at once
+// (ssh and git use one per ssh connection; each holds a connection to
+// the caller's agent).
+const MaxConns = 64
 
 // Listen creates a private (0700) directory and listens on a socket in
 // it; each connection is served by p's agent over a connection of its own
@@ -116,6 +154,20 @@ func (s *Server) accept() {
 			c.Close()
 			return
 		}
+		if len(s.conns) >= MaxConns {
+			// Each connection holds one to the caller's own agent (or
+			// a goroutine, for the key files): a session must not
+			// hold that agent's descriptors, or the launcher's,
+			// without end.
+			s.over++
+			over := s.over
+			s.mu.Unlock()
+			c.Close()
+			if over == 1 {
+				s.Policy.report(fmt.Sprintf("ssh-agent: more than %d connections at once: the next ones are closed", MaxConns))
+			}
+			continue
+		}
 		s.conns[c] = true
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -127,6 +179,10 @@ func (s *Server) accept() {
 				s.mu.Unlock()
 				c.Close()
 			}()
+			if !s.peerAllowed(c) {
+				s.Policy.show("ssh-agent: refused a connection from outside this sandbox (another user namespace: another sandbox that sees the host's temporary directory)")
+				return
+			}
 			var client *Client
 			if s.Policy.confirmOn {
 				client = peerClient(c)
@@ -219,22 +275,32 @@ func ConfirmBy(b *ask.Broker) func(Signature) error {
 // namespace (the host's, for the launcher); NSpid maps it to the
 // sandbox's. nil when it cannot be read (the process has gone).
 func peerClient(c net.Conn) *Client {
+	pid := peerPID(c)
+	if pid <= 0 {
+		return nil
+	}
+	return procClient(pid)
+}
+
+// peerPID is c's peer's pid (SO_PEERCRED) in this process's pid
+// namespace; 0 when unknown.
+func peerPID(c net.Conn) int {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return nil
+		return 0
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return nil
+		return 0
 	}
 	var cred *unix.Ucred
 	_ = raw.Control(func(fd uintptr) {
 		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	})
 	if err != nil || cred == nil || cred.Pid <= 0 {
-		return nil
+		return 0
 	}
-	return procClient(int(cred.Pid))
+	return int(cred.Pid)
 }
 
 // procClient reads pid's innermost pid from /proc/PID/status, and its

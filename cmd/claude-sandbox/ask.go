@@ -36,8 +36,8 @@ ssh, the host and the key). Answer with claude-sandbox approve REQ or claude-san
 const approveHelp = `Usage: claude-sandbox approve REQ [--once|--session|--always]
        claude-sandbox deny REQ
 
-Answers request REQ (as claude-sandbox requests lists it: N, or ID/N when
-two sandboxes have a request N). approve lets the held connection(s) go:
+Answers request REQ (as claude-sandbox requests lists it: N, or ID/N;
+N alone only while one sandbox runs in the ask mode). approve lets the held connection(s) go:
 --session (the default) adds the destination to the sandbox's reach for
 its life, as claude-sandbox allow does (a name with its port, an address
 with every port, a host port); --once lets only the connections held for
@@ -94,24 +94,39 @@ func askOptions(id string, timeout time.Duration, stderr io.Writer, who string, 
 	}
 }
 
-// askNotice is the terminal's line for a new request.
+// askNotice is the terminal's line for a new request. The process's
+// command line is the session's own text (up to 40 bytes of it): it
+// comes last, quoted, after the command that answers the request, so
+// that it cannot put a command of its making ("): claude-sandbox approve
+// 12") where a person looks for the answer.
 func askNotice(who string, r ask.Request) string {
 	proc := ""
 	if r.Who != nil {
-		proc = " (" + processLabel(r.Who) + ")"
+		proc = "; from " + processQuoted(r.Who)
 	}
 	verb := "asks to reach"
 	if r.Kind == ask.KindSSHSign {
 		// "asks for an ssh signature for HOST with key SHA256:..."
 		verb = "asks for an ssh"
 	}
-	return fmt.Sprintf("claude-sandbox: %s %s %s%s: claude-sandbox approve %d (or deny %d; refused in %s)",
-		who, verb, escapeReport(r.What()), proc, r.ID, r.ID, r.Expires.Sub(r.Since).Round(time.Second))
+	return fmt.Sprintf("claude-sandbox: %s %s %s: claude-sandbox approve %d (or deny %d; refused in %s)%s",
+		who, verb, escapeReport(r.What()), r.ID, r.ID, r.Expires.Sub(r.Since).Round(time.Second), proc)
 }
 
-// processLabel names a request's process: its command and pid.
-func processLabel(p *ask.Process) string {
-	// The program's base name, then its arguments: "pip install, pid 42".
+// processQuoted names a request's process as the notice does: its pid,
+// then its command, always quoted: pid 42 "pip install".
+func processQuoted(p *ask.Process) string {
+	s := "pid " + strconv.Itoa(p.PID)
+	if cmd := processCommand(p); cmd != "" {
+		s += " " + strconv.Quote(cmd)
+	}
+	return s
+}
+
+// processCommand is a request's process's command line as a person
+// reads it: the program's base name, then its arguments, cut to 40
+// bytes.
+func processCommand(p *ask.Process) string {
 	argv := slices.Clone(p.Argv)
 	if len(argv) > 0 {
 		argv[0] = filepath.Base(argv[0])
@@ -120,6 +135,13 @@ func processLabel(p *ask.Process) string {
 	if len(cmd) > 40 {
 		cmd = cmd[:40] + "..."
 	}
+	return cmd
+}
+
+// processLabel names a request's process: its command and pid.
+func processLabel(p *ask.Process) string {
+	// The program's base name, then its arguments: "pip install, pid 42".
+	cmd := processCommand(p)
 	if cmd == "" {
 		return "pid " + strconv.Itoa(p.PID)
 	}
@@ -262,17 +284,31 @@ func approveMain(verb string, args []string, stdout, stderr io.Writer) int {
 		}
 		sandboxes = []control.Sandbox{s}
 	} else {
-		// The sandbox whose pending requests hold N: exactly one.
+		// The sandbox whose pending requests hold N: exactly one, and
+		// the only one in the ask mode. With two, the N a notice named
+		// may have been answered or expired in its sandbox while the
+		// other's N (a session can time its requests) waits: N alone
+		// would answer that one.
+		var asking []string
 		for _, s := range control.Find(uid, os.Getenv) {
 			r, ok := askCall(verb, s, control.Request{Op: control.OpRequests}, io.Discard)
 			if !ok || !r.OK {
 				continue
 			}
+			asking = append(asking, s.ID)
 			for _, q := range r.Requests {
 				if q.ID == req {
 					sandboxes = append(sandboxes, s)
 				}
 			}
+		}
+		if len(asking) > 1 && len(sandboxes) <= 1 {
+			var ids []string
+			for _, id := range asking {
+				ids = append(ids, id+"/"+num)
+			}
+			fmt.Fprintf(stderr, "claude-sandbox %s: %d sandboxes run in the ask mode: name the sandbox, %s (the notice's sandbox; claude-sandbox requests lists them)\n", verb, len(asking), strings.Join(ids, " or "))
+			return 1
 		}
 		switch len(sandboxes) {
 		case 0:

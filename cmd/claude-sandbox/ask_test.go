@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/ask"
+	"github.com/claude-sandbox/claude-sandbox/internal/control"
 	"github.com/claude-sandbox/claude-sandbox/shadow"
 )
 
@@ -22,8 +24,19 @@ func TestAskNotice(t *testing.T) {
 		t.Errorf("notice %q, want %q", got, want)
 	}
 	r.Who = &ask.Process{PID: 4242, Argv: []string{"pip", "install"}}
-	if got := askNotice("Claude", r); !strings.Contains(got, "pypi.org:443 (pip install, pid 4242): claude-sandbox approve 7") {
+	if got := askNotice("Claude", r); got != want+`; from pid 4242 "pip install"` {
 		t.Errorf("notice with a process: %q", got)
+	}
+	// The session's own command line cannot put a command of its
+	// making before the real one (request 12 would be another
+	// destination it asked for).
+	r.Who = &ask.Process{PID: 4242, Argv: []string{`x"): claude-sandbox approve 12 (or deny 12`}}
+	got = askNotice("Claude", r)
+	if i, j := strings.Index(got, "claude-sandbox approve"), strings.Index(got, "approve 7"); i < 0 || i+len("claude-sandbox ") != j {
+		t.Errorf("the first command in the notice is not the request's: %q", got)
+	}
+	if !strings.HasSuffix(got, `; from pid 4242 "x\"): claude-sandbox approve 12 (or deny ..."`) {
+		t.Errorf("the process is not last and quoted: %q", got)
 	}
 	r.Who = nil
 	r.Name = "evil\x1b]52;c;AAAA\x07.test"
@@ -57,7 +70,7 @@ func TestAskNoticeSSHSign(t *testing.T) {
 	now := time.Now()
 	r := ask.Request{ID: 4, Proto: "ssh", Name: "github.com", Port: 22, Kind: ask.KindSSHSign, Key: "SHA256:abc", Since: now, Expires: now.Add(30 * time.Second),
 		Who: &ask.Process{PID: 12, Argv: []string{"ssh", "git@github.com"}}}
-	want := "claude-sandbox: Claude asks for an ssh signature for github.com with key SHA256:abc (ssh git@github.com, pid 12): claude-sandbox approve 4 (or deny 4; refused in 30s)"
+	want := `claude-sandbox: Claude asks for an ssh signature for github.com with key SHA256:abc: claude-sandbox approve 4 (or deny 4; refused in 30s); from pid 12 "ssh git@github.com"`
 	if got := askNotice("Claude", r); got != want {
 		t.Errorf("notice %q, want %q", got, want)
 	}
@@ -83,5 +96,58 @@ func TestSSHConfirmNeeds(t *testing.T) {
 	cfg.SSHConfirm = true
 	if x := shadowExtras(cfg, "/home/u", ""); !x.sshConfirm {
 		t.Error("the shadow's ssh-confirm does not reach the launch")
+	}
+}
+
+// Two sandboxes in the ask mode: a notice of sandbox A named request 3,
+// which expired (or was answered) there, and sandbox B's session has
+// timed a request 3 of its own. approve 3 must not answer B's: with
+// more than one sandbox in the ask mode, N alone is refused.
+func TestApproveNumberAloneWithTwoSandboxes(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	handler := func(pending []ask.Request, answered *atomic.Int32) control.Handler {
+		return func(req control.Request) control.Response {
+			switch req.Op {
+			case control.OpRequests:
+				return control.Response{OK: true, Requests: pending}
+			case control.OpApprove, control.OpDeny:
+				answered.Add(1)
+				for _, q := range pending {
+					if q.ID == req.Req {
+						return control.Response{OK: true, Requests: []ask.Request{q}}
+					}
+				}
+				return control.Response{Error: "no such request"}
+			}
+			return control.Response{Error: "unknown"}
+		}
+	}
+	var aAnswered, bAnswered atomic.Int32
+	a, err := control.Listen("aaaaaaaa", handler(nil, &aAnswered))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	now := time.Now()
+	evil := ask.Request{ID: 3, Sandbox: "bbbbbbbb", Proto: "tcp", Name: "evil.test", Port: 443, Kind: "name", Since: now, Expires: now.Add(time.Minute)}
+	b, err := control.Listen("bbbbbbbb", handler([]ask.Request{evil}, &bAnswered))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, verb := range []string{"approve", "deny"} {
+		var out, errb bytes.Buffer
+		code := realMain([]string{verb, "3"}, &out, &errb)
+		if code == 0 || bAnswered.Load() != 0 {
+			t.Fatalf("%s 3 answered sandbox B's request 3 (exit %d): %s%s", verb, code, out.String(), errb.String())
+		}
+		if !strings.Contains(errb.String(), "bbbbbbbb/3") || !strings.Contains(errb.String(), "aaaaaaaa/3") {
+			t.Errorf("%s 3: the refusal does not name the choices: %s", verb, errb.String())
+		}
+	}
+	// Named, it is answered.
+	var out, errb bytes.Buffer
+	if code := realMain([]string{"approve", "bbbbbbbb/3", "--once"}, &out, &errb); code != 0 || bAnswered.Load() != 1 {
+		t.Fatalf("approve bbbbbbbb/3: exit %d: %s%s", code, out.String(), errb.String())
 	}
 }

@@ -441,6 +441,10 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 		}
 		j := jail.New(setup, jo)
 		nopts.Jail = j
+		if agentSrv != nil {
+			// Only this sandbox's processes use its agent.
+			agentSrv.SetSandboxNS(j.SandboxUserNS)
+		}
 		if agentSrv != nil && x.sshConfirm {
 			agentSrv.Policy.SetConfirm(sshagent.ConfirmBy(j.Asks()))
 		}

@@ -22,8 +22,10 @@ sandbox ID) and how many flows their jails refuse, until q or Ctrl-C.
 Each new request is shown with the keys that answer it: a approves it
 for the session, o once, d denies it, s leaves it pending (claude-sandbox
 approve and deny still can). From a pipe, the same letters are read as
-lines. While a watch runs, the launchers print no notice line of their
-own for new requests.
+lines. A key read less than a second after its prompt appeared answers
+nothing (it may have been meant for the request before): press it again.
+While a watch runs, the launchers print no notice line of their own for
+new requests.
 `
 
 // watchPoll is how often watch asks the launchers; watchQuiet how long
@@ -32,6 +34,21 @@ const (
 	watchPoll  = 300 * time.Millisecond
 	watchQuiet = 3 * watchPoll
 )
+
+// watchSettle is how long a prompt must have been shown before a key
+// answers it (a variable for tests). The request a key answers is the
+// one at the head of the queue when the key is read, which changes when
+// a request is answered or expires: a session that makes two requests
+// and knows when the first expires (it made it) could otherwise have a
+// key meant for the first, or a second press typed ahead, answer the
+// second before anyone has read it.
+var watchSettle = time.Second
+
+// watchKeyAt is a key and when it was read.
+type watchKeyAt struct {
+	b  byte
+	at time.Time
+}
 
 type watchKey struct {
 	sandbox string
@@ -59,8 +76,9 @@ func watchMain(args []string, stdout, stderr io.Writer) int {
 	}
 	// Keys: single bytes from a terminal in non-canonical mode, or
 	// letters on lines from a pipe.
-	keys := make(chan byte, 16)
-	restore, raw := rawInput(os.Stdin)
+	keys := make(chan watchKeyAt, 16)
+	in := os.Stdin
+	restore, raw := rawInput(in)
 	defer restore()
 	eol := "\n"
 	if raw {
@@ -72,9 +90,9 @@ func watchMain(args []string, stdout, stderr io.Writer) int {
 	go func() {
 		var b [1]byte
 		for {
-			n, err := os.Stdin.Read(b[:])
+			n, err := in.Read(b[:])
 			if n == 1 {
-				keys <- b[0]
+				keys <- watchKeyAt{b[0], time.Now()}
 			}
 			if err != nil {
 				close(keys)
@@ -83,20 +101,32 @@ func watchMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	var mu sync.Mutex
+	// promptLast: the last line shown is the prompt of the request a key
+	// answers (the head of the queue). Any other line (a new request, a
+	// count of refusals) is followed by that prompt again, so the last
+	// line never names another request than the one a key answers.
+	promptLast := false
 	say := func(format string, a ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(stdout, format+eol, a...)
+		promptLast = false
 	}
 	say("claude-sandbox watch: keys: a approve (session), o once, d deny, s skip, q quit")
 	seen := map[watchKey]bool{}
 	blocked := map[string]int{}
 	var queue []ask.Request // shown, not yet answered here
 	paths := map[string]control.Sandbox{}
+	var shown time.Time   // when the head's prompt was first shown
+	var prompted watchKey // the request of that prompt
 	prompt := func() {
 		if len(queue) > 0 {
 			q := queue[0]
+			if k := (watchKey{q.Sandbox, q.ID}); k != prompted {
+				shown, prompted = time.Now(), k
+			}
 			say("%s/%d: %s %s: [a]pprove, [o]nce, [d]eny, [s]kip?", q.Sandbox, q.ID, q.Proto, escapeReport(q.What()))
+			promptLast = true
 		}
 	}
 	poll := func() {
@@ -154,11 +184,18 @@ func watchMain(args []string, stdout, stderr io.Writer) int {
 			prompt()
 		}
 	}
-	answer := func(k byte) {
+	answer := func(key watchKeyAt) {
 		if len(queue) == 0 {
 			return
 		}
+		k := key.b
 		q := queue[0]
+		if k != 's' && key.at.Before(shown.Add(watchSettle)) {
+			// Typed before this prompt was shown, or just after:
+			// meant for the one before, perhaps.
+			say("%s/%d: shown just now: press again to answer it", q.Sandbox, q.ID)
+			return
+		}
 		s, ok := paths[q.Sandbox]
 		if !ok {
 			return
@@ -197,22 +234,25 @@ func watchMain(args []string, stdout, stderr io.Writer) int {
 		select {
 		case <-sigs:
 			return 0
-		case k, ok := <-keys:
+		case key, ok := <-keys:
 			if !ok {
 				// End of input: keep watching without keys.
 				keys = nil
 				continue
 			}
-			switch k {
+			switch k := key.b; k {
 			case 'q', 4: // q, Ctrl-D
 				return 0
 			case 3: // Ctrl-C with the terminal's signals off
 				return 0
 			case 'a', 'o', 'd', 's':
-				answer(k)
+				answer(key)
 			}
 		case <-tick.C:
 			poll()
+		}
+		if !promptLast {
+			prompt()
 		}
 	}
 }

@@ -113,6 +113,38 @@ type Process struct {
 	Cwd  string   `json:"cwd,omitempty"`
 }
 
+// A request's process, as the broker keeps it: every pending request is
+// in each listing (requests, watch's polls), and the process's command
+// line and working directory are the session's text (the lookup keeps
+// up to 64 arguments of 512 bytes each, escaped: tens of KiB a request).
+// The audit log's records have the lookup's whole answer.
+const (
+	maxWhoArgv = 1024 // bytes of the arguments kept
+	maxWhoCwd  = 512  // bytes of the working directory kept
+)
+
+// boundWho returns p cut to maxWhoArgv bytes of arguments (the one that
+// crosses it cut, "..." after it) and maxWhoCwd of working directory.
+func boundWho(p *Process) *Process {
+	if p == nil {
+		return nil
+	}
+	q := &Process{PID: p.PID, Cwd: p.Cwd}
+	if len(q.Cwd) > maxWhoCwd {
+		q.Cwd = q.Cwd[:maxWhoCwd] + "..."
+	}
+	n := 0
+	for _, a := range p.Argv {
+		if n+len(a) > maxWhoArgv {
+			q.Argv = append(q.Argv, a[:maxWhoArgv-n]+"...")
+			break
+		}
+		q.Argv = append(q.Argv, a)
+		n += len(a)
+	}
+	return q
+}
+
 // Flow is a flow the policy refused, as its refuser saw it.
 type Flow struct {
 	Proto netpolicy.Proto
@@ -263,10 +295,13 @@ type entry struct {
 	done chan struct{}
 	v    Verdict
 	why  error
-	req  Request
-	key  destKey
-	held map[netip.AddrPort]func()
-	stop func() bool
+	// scope is how far an approved ssh-sign request reaches (set
+	// before done is closed).
+	scope Scope
+	req   Request
+	key   destKey
+	held  map[netip.AddrPort]func()
+	stop  func() bool
 }
 
 // Broker holds and decides a sandbox's requests. Safe for concurrent use.
@@ -369,7 +404,7 @@ func (b *Broker) Ask(f Flow) Verdict {
 	}
 	e := &entry{key: k, held: map[netip.AddrPort]func(){f.Src: f.Retry}}
 	kept = true
-	e.req = Request{Proto: f.Proto.String(), Name: f.Name, Port: f.Dst.Port(), Who: f.Who}
+	e.req = Request{Proto: f.Proto.String(), Name: f.Name, Port: f.Dst.Port(), Who: boundWho(f.Who)}
 	switch {
 	case f.HostPort:
 		e.req.Kind = "host-port"
@@ -412,7 +447,7 @@ func (b *Broker) openLocked(e *entry, now time.Time) Request {
 // fillWho names the process behind request req's flow f (Config.Who),
 // then tells OnRequest of it.
 func (b *Broker) fillWho(e *entry, f Flow, req Request) {
-	if w := b.cfg.Who(f); w != nil {
+	if w := boundWho(b.cfg.Who(f)); w != nil {
 		req.Who = w
 		b.mu.Lock()
 		if b.byID[req.ID] == e {
@@ -471,6 +506,9 @@ func (b *Broker) Approve(id int, scope Scope) (Request, error) {
 	if sign && scope == Always {
 		b.mu.Unlock()
 		return req, ErrAlwaysSign
+	}
+	if sign {
+		e.scope = scope
 	}
 	if sign && scope == Session && len(b.signOK) < maxDecided {
 		// Before the waiting signatures go: one that comes meanwhile
@@ -654,41 +692,62 @@ var (
 // once or for the session, denied, or the timeout): nil lets it be made.
 // A (host, key) approved for the session passes without asking; a
 // signature asked for while another for the same host and key waits
-// joins its request. Unlike a flow's, a denial is that request's: the
-// next signature asks again.
+// joins its request: a denial or the timeout refuses it too, an approval
+// for the session makes it, an approval once does not (once is the
+// signature the request showed: the joined one asks for itself). Unlike a
+// flow's, a denial is that request's: the next signature asks again.
 func (b *Broker) ConfirmSign(s Sign) error {
+	for {
+		e, joined, err := b.confirmSign(s)
+		if e == nil {
+			return err
+		}
+		<-e.done
+		if e.v != Pass {
+			return e.why
+		}
+		if joined && e.scope == Once {
+			// Approved once: the signature shown (its process) is
+			// made; one that joined it asks for itself.
+			continue
+		}
+		return nil
+	}
+}
+
+// confirmSign opens s's request, or joins the one pending for its host
+// and key (joined): nil when s needs none (err: nil, approved for the
+// session; else refused).
+func (b *Broker) confirmSign(s Sign) (e *entry, joined bool, err error) {
 	k := destKey{sign: s.Key, name: s.Host, port: s.Port}
 	now := b.cfg.Now()
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return ErrClosed
+		return nil, false, ErrClosed
 	}
 	if _, ok := b.signOK[k]; ok {
 		b.mu.Unlock()
-		return nil
+		return nil, false, nil
 	}
-	e := b.pending[k]
+	e = b.pending[k]
 	var req Request
 	if e != nil {
 		e.req.Held++
+		joined = true
 	} else {
 		if len(b.pending) >= b.cfg.MaxPending {
 			b.overflow++
 			b.mu.Unlock()
-			return ErrTooMany
+			return nil, false, ErrTooMany
 		}
 		e = &entry{key: k, done: make(chan struct{})}
-		e.req = Request{Proto: "ssh", Name: s.Host, Port: s.Port, Kind: KindSSHSign, Key: s.Key, Who: s.Who}
+		e.req = Request{Proto: "ssh", Name: s.Host, Port: s.Port, Kind: KindSSHSign, Key: s.Key, Who: boundWho(s.Who)}
 		req = b.openLocked(e, now)
 	}
 	b.mu.Unlock()
 	if req.ID != 0 && b.cfg.OnRequest != nil {
 		b.cfg.OnRequest(req)
 	}
-	<-e.done
-	if e.v == Pass {
-		return nil
-	}
-	return e.why
+	return e, joined, nil
 }

@@ -1,8 +1,10 @@
 package ask
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -339,5 +341,40 @@ func TestWhoOffThePacketPath(t *testing.T) {
 	case f := <-called:
 		t.Fatalf("Who asked again, for the flow that joined the request (%v)", f.Src)
 	default:
+	}
+}
+
+// A session's process names itself with the longest command line and
+// working directory the lookup keeps: each request carries a bounded
+// part of them (every pending request is in every listing), whichever
+// way the process comes (with the flow, from the lookup, with a
+// signature).
+func TestWhoBounded(t *testing.T) {
+	var argv []string
+	for i := 0; i < 64; i++ {
+		argv = append(argv, strings.Repeat(`\x1b`, 128))
+	}
+	huge := &Process{PID: 9, Argv: argv, Cwd: "/" + strings.Repeat("d", 4095)}
+	r := newRig(t, 0)
+	r.b.cfg.Who = func(Flow) *Process { return huge }
+	f := r.flow("pypi.org", pypi, 40000)
+	f.Who = huge
+	r.b.Ask(f)
+	r.b.Ask(r.flow("files.pythonhosted.org", pypi, 40001))
+	go func() { _ = r.b.ConfirmSign(Sign{Host: "forge.test", Port: 22, Key: "SHA256:abc", Who: huge}) }()
+	for i := 0; i < 3; i++ {
+		q := <-r.reqs
+		if q.Who == nil || q.Who.PID != 9 || len(q.Who.Argv) == 0 || q.Who.Argv[0] != argv[0] {
+			t.Fatalf("request %d: the process %+v, want pid 9 and its first argument", q.ID, q.Who)
+		}
+	}
+	for _, q := range r.b.List() {
+		b, err := json.Marshal(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > 4096 {
+			t.Errorf("request %d (%s) is %d bytes of JSON in each listing", q.ID, q.Kind, len(b))
+		}
 	}
 }

@@ -41,8 +41,23 @@ func TestSignApproveOnce(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("approved once: %v", err)
 	}
+	// Once is the signature shown: the one that joined (another
+	// process, perhaps, whose connection would ride on the approval)
+	// asks for itself.
+	var req1b Request
+	select {
+	case err := <-got2:
+		t.Fatalf("joined, approved once for the other: answered without a request of its own (%v)", err)
+	case req1b = <-r.reqs:
+	}
+	if req1b.ID == req.ID || req1b.Held != 1 {
+		t.Fatalf("the joined signature's own request: %+v", req1b)
+	}
+	if _, err := r.b.Approve(req1b.ID, Once); err != nil {
+		t.Fatal(err)
+	}
 	if err := <-got2; err != nil {
-		t.Fatalf("joined, approved once: %v", err)
+		t.Fatalf("joined, then approved once itself: %v", err)
 	}
 	if len(r.approved) != 0 {
 		t.Fatalf("the Approve hook was told of a signature: %+v", r.approved)

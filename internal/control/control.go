@@ -120,8 +120,18 @@ type Response struct {
 // Handler answers one request from an accepted peer.
 type Handler func(Request) Response
 
-// maxLine bounds a request or response line.
-const maxLine = 64 << 10
+// maxLine bounds a request line; maxAnswer a response line (the
+// pending requests of a sandbox: 64, each naming its process).
+const (
+	maxLine   = 64 << 10
+	maxAnswer = 4 << 20
+)
+
+// readLine reads one line of at most max bytes from r (a bufio
+// buffer's ReadSlice would stop at the buffer's size).
+func readLine(r io.Reader, max int64) ([]byte, error) {
+	return bufio.NewReader(io.LimitReader(r, max)).ReadBytes('\n')
+}
 
 // NewID returns a new sandbox id: 8 lowercase letters and digits.
 func NewID() string {
@@ -316,7 +326,7 @@ func (s *Server) handle(c *net.UnixConn) {
 		reply(Response{Error: "refused: " + err.Error()})
 		return
 	}
-	line, err := bufio.NewReaderSize(io.LimitReader(c, maxLine), 4096).ReadSlice('\n')
+	line, err := readLine(c, maxLine)
 	if err != nil {
 		reply(Response{Error: "bad request: " + err.Error()})
 		return
@@ -391,7 +401,7 @@ func Call(path string, req Request) (Response, error) {
 	// A launcher that refuses the peer answers before reading: the
 	// answer is read even when the write failed.
 	_, werr := c.Write(append(b, '\n'))
-	line, err := bufio.NewReaderSize(io.LimitReader(c, maxLine), 4096).ReadSlice('\n')
+	line, err := readLine(c, maxAnswer)
 	if err != nil {
 		if werr != nil {
 			return Response{}, werr

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -243,5 +244,42 @@ func TestStaleRemoved(t *testing.T) {
 	}
 	if _, err := os.Lstat(live.Path); err != nil {
 		t.Errorf("a live launcher's socket was removed: %v", err)
+	}
+}
+
+// A launcher's answer longer than a read buffer (the pending requests,
+// each naming its process: a session's long command line) is read
+// whole, and so is a long request (allow with many entries): the reads
+// stopped at 4 KiB, so one request from a process with a long command
+// line hid every request of its sandbox from requests and watch.
+func TestLongLines(t *testing.T) {
+	dir := t.TempDir()
+	long := strings.Repeat("a", 100<<10)
+	s, err := listenIn(dir, "t2", os.Getuid(), func(r Request) Response {
+		return Response{OK: true, Changes: []string{long, strconv.Itoa(len(strings.Join(r.Domain, ",")))}}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var many []string
+	for i := 0; i < 2000; i++ {
+		many = append(many, "host"+strconv.Itoa(i)+".example.com")
+	}
+	r, err := Call(s.Path, Request{Op: OpAllow, Domain: many})
+	if err != nil || !r.OK || len(r.Changes) != 2 || r.Changes[0] != long || r.Changes[1] != strconv.Itoa(len(strings.Join(many, ","))) {
+		t.Fatalf("a 100 KiB answer to a %d-byte request: %v (error %q)", len(strings.Join(many, ",")), err, r.Error)
+	}
+	// Past the bounds: refused, not read without end.
+	over := strings.Repeat("b", maxAnswer)
+	s2, err := listenIn(dir, "t3", os.Getuid(), func(r Request) Response {
+		return Response{OK: true, Changes: []string{over}}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if _, err := Call(s2.Path, Request{Op: OpStatus}); err == nil {
+		t.Fatal("an answer over maxAnswer was taken")
 	}
 }
