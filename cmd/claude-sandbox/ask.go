@@ -340,6 +340,11 @@ func approveMain(verb string, args []string, stdout, stderr io.Writer) int {
 		what := "denied"
 		if verb == "approve" {
 			what = "approved (" + scope.String() + ")"
+			if scope == ask.Once && q.Kind == "host-port" && q.Proto == "udp" {
+				// The jail approves a UDP host port for the session
+				// (a datagram is routed to a port only while it is one).
+				what = "approved (session: a UDP host port is not approved once)"
+			}
 		}
 		fmt.Fprintf(stdout, "%s: request %d: %s %s\n", s.ID, q.ID, escapeReport(q.What()), what)
 		if verb == "approve" && scope == ask.Always {

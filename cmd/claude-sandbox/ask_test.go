@@ -151,3 +151,35 @@ func TestApproveNumberAloneWithTwoSandboxes(t *testing.T) {
 		t.Fatalf("approve bbbbbbbb/3: exit %d: %s%s", code, out.String(), errb.String())
 	}
 }
+
+// approve --once of a UDP host port says what the jail does with it: the
+// port is approved for the session, not once.
+func TestApproveOnceUDPHostPortSaysSession(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	now := time.Now()
+	reqs := []ask.Request{
+		{ID: 1, Sandbox: "cccccccc", Proto: "udp", Port: 5353, Kind: "host-port", Since: now, Expires: now.Add(time.Minute)},
+		{ID: 2, Sandbox: "cccccccc", Proto: "tcp", Port: 8080, Kind: "host-port", Since: now, Expires: now.Add(time.Minute)},
+	}
+	srv, err := control.Listen("cccccccc", func(req control.Request) control.Response {
+		for _, q := range reqs {
+			if req.Op == control.OpApprove && q.ID == req.Req {
+				return control.Response{OK: true, Requests: []ask.Request{q}}
+			}
+		}
+		return control.Response{Error: "no such request"}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for _, c := range []struct{ req, want string }{
+		{"cccccccc/1", "approved (session: a UDP host port is not approved once)"},
+		{"cccccccc/2", "approved (once)"},
+	} {
+		var out, errb bytes.Buffer
+		if code := realMain([]string{"approve", c.req, "--once"}, &out, &errb); code != 0 || !strings.Contains(out.String(), c.want) {
+			t.Errorf("approve %s --once: exit %d, %q %q; want %q", c.req, code, out.String(), errb.String(), c.want)
+		}
+	}
+}
