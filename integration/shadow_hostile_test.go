@@ -165,3 +165,65 @@ echo data > data && echo "workspace: ok"
 		})
 	}
 }
+
+// workspaceRunSession rewrites, in the workspace, what the host's tools
+// run by themselves later: a local pre-commit hook (run by the host's
+// next git commit through the read-only .git/hooks/pre-commit), husky 9's
+// script (called by its read-only .husky/_ wrapper), lefthook's command,
+// Mercurial's repository hooks (any hg command, a shell prompt's), mise's
+// enter hook (run on cd in a trusted directory).
+const workspaceRunSession = `#!/bin/sh
+printf 'repos:\n- repo: local\n  hooks:\n  - id: x\n    name: x\n    entry: sh -c "echo PLANTED"\n    language: system\n' > .pre-commit-config.yaml && echo "pre-commit: ok"
+printf '#!/bin/sh\necho PLANTED\n' > .husky/pre-commit && echo "husky: ok"
+printf 'pre-commit:\n  commands:\n    x:\n      run: echo PLANTED\n' > lefthook.yml && echo "lefthook: ok"
+printf '[hooks]\npre-status = echo PLANTED\n' > .hg/hgrc && echo "hg: ok"
+printf '[hooks]\nenter = "echo PLANTED"\n' > mise.toml && echo "mise: ok"
+exit 0
+`
+
+// A session that plants commands the host's git (through a hook manager),
+// hg or mise runs later is named at exit, like a changed .envrc (as root
+// and as uid 65534). Seen failing without workspaceRunFiles and the
+// .husky watch: nothing was reported.
+func TestShadowWorkspaceRunFilesReported(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			home := testutil.MkdirFor(t, uid)
+			ws := filepath.Join(home, "project")
+			for _, d := range []string{".claude", "project/.husky/_", "project/.hg"} {
+				must(t, os.MkdirAll(filepath.Join(home, d), 0o755))
+			}
+			for f, s := range map[string]string{
+				"project/.pre-commit-config.yaml": "repos: []\n",
+				"project/.husky/pre-commit":       "npm test\n",
+				"project/.husky/_/pre-commit":     ". \"$(dirname \"$0\")/h\"\n",
+			} {
+				must(t, os.WriteFile(filepath.Join(home, f), []byte(s), 0o755))
+			}
+			chownTree(t, uid, home)
+			prelude, claude := shadowHost(t, "egress-jail = 0\n", workspaceRunSession)
+			r := testutil.Run(t, shadowCmd(t, nil, uid, ws, prelude, claude, surfaceEnv(home), "-p", "x"))
+			if r.Code != 0 {
+				t.Fatalf("shadow: %v", r)
+			}
+			for _, want := range []string{"pre-commit: ok", "husky: ok", "lefthook: ok", "hg: ok", "mise: ok"} {
+				if !strings.Contains(r.Stdout, want+"\n") {
+					t.Fatalf("the session did not write: %q missing\n%v", want, r)
+				}
+			}
+			for _, want := range []string{
+				ws + "/.pre-commit-config.yaml (changed)",
+				ws + "/.husky/pre-commit (changed)",
+				ws + "/lefthook.yml (added)",
+				ws + "/.hg/hgrc (added)",
+				ws + "/mise.toml (added)",
+			} {
+				if !strings.Contains(r.Stderr, want) {
+					t.Errorf("not reported at exit: %q\nstderr:\n%s", want, r.Stderr)
+				}
+			}
+		})
+	}
+}
