@@ -280,3 +280,33 @@ func TestPrivateWalkHostChurn(t *testing.T) {
 		}
 	}
 }
+
+// Deny by default in the kernel's trees: a root caller reads no file of
+// /proc (its processes' directories aside) or /sys that the host's other
+// users may not, named in the covers or not (a 0600 sysctl such as
+// kernel.cad_pid or net.ipv4.tcp_fastopen_key, /proc/tty/driver, a
+// module's root-only parameters, DAMON's admin files). Inside, every
+// regular file or directory whose owner is the sandbox's uid and that
+// others may not read is opened: none may open. Seen failing as root
+// (/proc/sys/kernel/cad_pid, /proc/tty/driver, /sys/module/*/parameters/*
+// and more read) without the HidePrivate walks of mounts.KernelTrees.
+func TestRootCallerKernelTreesPrivate(t *testing.T) {
+	users(t, func(t *testing.T, s *sandbox) {
+		script := `me=$(id -u)
+find /proc /sys \( -path '/proc/[0-9]*' -o -path /proc/self -o -path /proc/thread-self \) -prune -o \( -type f -o -type d \) -user "$me" -perm -u=r ! -perm -o=r -print 2>/dev/null |
+while read -r f; do
+  if [ -d "$f" ]; then ls "$f" >/dev/null 2>&1 && echo "LISTED $f"
+  else head -c 1 "$f" >/dev/null 2>&1 && echo "READ $f"; fi
+done
+[ -r /proc/sys/kernel/cad_pid ] && echo "CADPID-STILL-A-FILE"
+cat /proc/sys/kernel/ostype /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null | head -c 5 | grep -q . && echo PUBLIC-OK
+exit 0`
+		out := s.sh(script)
+		if strings.Contains(out, "LISTED ") || strings.Contains(out, "READ ") {
+			t.Errorf("uid %d: files of /proc or /sys only root may read were read inside:\n%s", s.uid, out)
+		}
+		if !strings.Contains(out, "PUBLIC-OK") {
+			t.Errorf("uid %d: world-readable kernel files no longer read:\n%s", s.uid, out)
+		}
+	})
+}

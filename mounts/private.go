@@ -26,14 +26,16 @@ const HidePrivate Kind = "hide-private"
 
 // PrivateWalkBudget is how many directory entries one sandbox's walks
 // (every HidePrivate of its plan together) look at before they mask the
-// directories left unread. A variable for tests.
+// directories left unread; each of [KernelTrees] has a budget of this
+// size of its own. A variable for tests.
 var PrivateWalkBudget = 200000
 
 // PrivateTrees are the host trees a root caller's plan walks with
 // HidePrivate: where packages, services and administrators keep
 // configuration, state, keys and users' files. /usr (packages' files,
-// world-readable by design), /proc, /sys, /dev and /run (covered
-// elsewhere) and /tmp (a tmpfs) are not walked.
+// world-readable by design), /dev and /run (covered elsewhere) and /tmp
+// (a tmpfs) are not walked; /proc and /sys are walked after the kernel
+// covers ([KernelTrees]).
 var PrivateTrees = []string{"/etc", "/root", "/var", "/srv", "/opt", "/home", "/boot", "/usr/local/etc", "/mnt", "/media"}
 
 // Private reports whether an entry of mode mode (the st_mode bits), owned
