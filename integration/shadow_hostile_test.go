@@ -227,3 +227,51 @@ func TestShadowWorkspaceRunFilesReported(t *testing.T) {
 		})
 	}
 }
+
+// snapshotSession rewrites what Claude Code's Bash tool sources before
+// each command of a concurrent session (its shell snapshot) and leaves a
+// snapshot of its own for the next.
+const snapshotSession = `#!/bin/sh
+d="$HOME/.claude/shell-snapshots"
+ls "$d" 2>/dev/null | sed 's/^/seen: /'
+echo 'echo PLANTED' >> "$d/snapshot-bash-other.sh" 2>/dev/null && echo "append: done"
+echo 'echo PLANTED' > "$d/snapshot-bash-mine.sh" && echo "own: ok"
+exit 0
+`
+
+// Claude Code's shell snapshots are each session's own (a tmpfs over
+// ~/.claude/shell-snapshots): a session neither sees nor changes another
+// session's snapshot, and leaves none behind, while the rest of
+// ~/.claude stays shared. As root and as uid 65534; seen failing (the
+// other snapshot listed and PLANTED appended to it on the host) without
+// the tmpfs.
+func TestShadowShellSnapshotsPerSession(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			home := testutil.MkdirFor(t, uid)
+			ws := filepath.Join(home, "project")
+			for _, d := range []string{".claude/shell-snapshots", "project"} {
+				must(t, os.MkdirAll(filepath.Join(home, d), 0o755))
+			}
+			other := filepath.Join(home, ".claude/shell-snapshots/snapshot-bash-other.sh")
+			must(t, os.WriteFile(other, []byte("export PS1=x\n"), 0o644))
+			chownTree(t, uid, home)
+			prelude, claude := shadowHost(t, "egress-jail = 0\n", snapshotSession)
+			r := runShadow(t, uid, home, ws, prelude, claude, surfaceEnv(home), "-p", "x")
+			if r.Code != 0 || !strings.Contains(r.Stdout, "own: ok") {
+				t.Fatalf("shadow: %v", r)
+			}
+			if strings.Contains(r.Stdout, "seen: ") {
+				t.Errorf("another session's shell snapshot is visible inside:\n%s", r.Stdout)
+			}
+			if b, _ := os.ReadFile(other); string(b) != "export PS1=x\n" {
+				t.Errorf("another session's shell snapshot was changed: %q", b)
+			}
+			if _, err := os.Stat(filepath.Join(home, ".claude/shell-snapshots/snapshot-bash-mine.sh")); err == nil {
+				t.Errorf("the session's snapshot was left on the host for the next session")
+			}
+		})
+	}
+}
