@@ -310,3 +310,31 @@ exit 0`
 		}
 	})
 }
+
+// Deny by default at the root's top: what the host keeps beside the
+// walked trees (a /swapfile, /lost+found, a /data or /backup directory)
+// is judged too. A 0600 file at /, a 0700 directory at /, and a 0600
+// file inside a world-readable top-level directory are planted (and
+// removed after); inside root's sandbox none reads, the world-readable
+// file beside them does. Seen failing as root (all three read) without
+// the walk of "/".
+func TestRootCallerRootTopPrivate(t *testing.T) {
+	users(t, func(t *testing.T, s *sandbox) {
+		tag := fmt.Sprintf("cs-top-%d-%d", os.Getpid(), s.uid)
+		swap, dir, data := "/"+tag+".swap", "/"+tag+"-lost", "/"+tag+"-data"
+		must(t, os.WriteFile(swap, []byte("SECRET-swap\n"), 0o600))
+		must(t, os.Mkdir(dir, 0o700))
+		must(t, os.WriteFile(dir+"/f", []byte("SECRET-lost\n"), 0o644))
+		must(t, os.Mkdir(data, 0o755))
+		must(t, os.WriteFile(data+"/key", []byte("SECRET-data\n"), 0o600))
+		must(t, os.WriteFile(data+"/README", []byte("PUBLIC-data\n"), 0o644))
+		t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(data); os.Remove(swap) })
+		out := s.sh(fmt.Sprintf("cat %s %s/f %s/key %s/README 2>/dev/null; exit 0", swap, dir, data, data))
+		if strings.Contains(out, "SECRET-") {
+			t.Errorf("uid %d: a host file at the root's top only root may read was read inside:\n%s", s.uid, out)
+		}
+		if !strings.Contains(out, "PUBLIC-data") {
+			t.Errorf("uid %d: a world-readable file at the root's top is not read inside:\n%s", s.uid, out)
+		}
+	})
+}

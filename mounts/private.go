@@ -38,6 +38,16 @@ var PrivateWalkBudget = 200000
 // covers ([KernelTrees]).
 var PrivateTrees = []string{"/etc", "/root", "/var", "/srv", "/opt", "/home", "/boot", "/usr/local/etc", "/mnt", "/media"}
 
+// RootTreeSkip are the top-level names a HidePrivate of "/" (which plans
+// add after PrivateTrees: deny by default, for whatever else the host
+// keeps at its top, a /swapfile, /lost+found, /data, /backup) leaves
+// alone: PrivateTrees' own (walked first), package stores and system
+// directories world-readable by design (and too large to walk at every
+// launch), the kernel's trees (see KernelTrees) and the sandbox's own.
+var RootTreeSkip = []string{"etc", "root", "var", "srv", "opt", "home", "boot", "mnt", "media",
+	"usr", "nix", "gnu", "snap", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+	"proc", "sys", "dev", "run", "tmp"}
+
 // Private reports whether an entry of mode mode (the st_mode bits), owned
 // by uid:gid, is readable by a process of uid me and groups groups (without
 // capabilities: the sandbox has none) but not by the host's other users.

@@ -61,7 +61,7 @@ func (b *builder) hidePrivate(dst string) error {
 		b.walk = &privateWalk{b: b} // its buffers serve every tree of the plan
 	}
 	w := b.walk
-	w.path, w.unread, w.proc = append(w.path[:0], dst...), 0, dst == "/proc"
+	w.path, w.unread, w.proc, w.top = append(w.path[:0], dst...), 0, dst == "/proc", dst == "/"
 	err = w.dir(fd, 0)
 	if w.unread > 0 {
 		b.warnf("the walk for files only root may read stopped at its bound (%d entries): %d directories below %s it did not read are hidden whole", PrivateWalkBudget, w.unread, dst)
@@ -75,6 +75,7 @@ type privateWalk struct {
 	path   []byte   // the view's path of the entry at hand
 	unread int      // directories masked whole because the budget was spent
 	proc   bool     // the walk is the sandbox's /proc: its processes' directories are left alone
+	top    bool     // the walk is "/": RootTreeSkip's names are left alone
 }
 
 // walkBuf is the size of a depth's getdents buffer: one page. A directory
@@ -209,6 +210,9 @@ func (w *privateWalk) judge(dfd int, list []byte, base, depth int) error {
 		}
 		if w.proc && depth == 0 && allDigits(rec[direntName:name]) {
 			continue // the sandbox's own processes, not the host's
+		}
+		if w.top && depth == 0 && slices.Contains(RootTreeSkip, string(rec[direntName:name])) {
+			continue // walked on its own, or world-readable by design
 		}
 		switch typ {
 		case unix.DT_LNK, unix.DT_SOCK, unix.DT_CHR, unix.DT_BLK:
