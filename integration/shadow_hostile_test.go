@@ -233,16 +233,18 @@ func TestShadowWorkspaceRunFilesReported(t *testing.T) {
 // snapshot of its own for the next.
 const snapshotSession = `#!/bin/sh
 d="$HOME/.claude/shell-snapshots"
-ls "$d" 2>/dev/null | sed 's/^/seen: /'
+ls "$d" "$HOME/.claude/session-env" 2>/dev/null | grep -v -e : -e '^$' | sed 's/^/seen: /'
 echo 'echo PLANTED' >> "$d/snapshot-bash-other.sh" 2>/dev/null && echo "append: done"
+echo 'echo PLANTED' >> "$HOME/.claude/session-env/other-id/hook-0.sh" 2>/dev/null && echo "append env: done"
 echo 'echo PLANTED' > "$d/snapshot-bash-mine.sh" && echo "own: ok"
 exit 0
 `
 
-// Claude Code's shell snapshots are each session's own (a tmpfs over
-// ~/.claude/shell-snapshots): a session neither sees nor changes another
-// session's snapshot, and leaves none behind, while the rest of
-// ~/.claude stays shared. As root and as uid 65534; seen failing (the
+// Claude Code's shell snapshots and SessionStart environment files are
+// each session's own (a tmpfs over ~/.claude/shell-snapshots and
+// ~/.claude/session-env): a session neither sees nor changes another
+// session's, and leaves none behind, while the rest of ~/.claude stays
+// shared. As root and as uid 65534; seen failing (the
 // other snapshot listed and PLANTED appended to it on the host) without
 // the tmpfs.
 func TestShadowShellSnapshotsPerSession(t *testing.T) {
@@ -252,11 +254,13 @@ func TestShadowShellSnapshotsPerSession(t *testing.T) {
 		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
 			home := testutil.MkdirFor(t, uid)
 			ws := filepath.Join(home, "project")
-			for _, d := range []string{".claude/shell-snapshots", "project"} {
+			for _, d := range []string{".claude/shell-snapshots", ".claude/session-env/other-id", "project"} {
 				must(t, os.MkdirAll(filepath.Join(home, d), 0o755))
 			}
 			other := filepath.Join(home, ".claude/shell-snapshots/snapshot-bash-other.sh")
 			must(t, os.WriteFile(other, []byte("export PS1=x\n"), 0o644))
+			otherEnv := filepath.Join(home, ".claude/session-env/other-id/hook-0.sh")
+			must(t, os.WriteFile(otherEnv, []byte("export A=1\n"), 0o644))
 			chownTree(t, uid, home)
 			prelude, claude := shadowHost(t, "egress-jail = 0\n", snapshotSession)
 			r := runShadow(t, uid, home, ws, prelude, claude, surfaceEnv(home), "-p", "x")
@@ -268,6 +272,9 @@ func TestShadowShellSnapshotsPerSession(t *testing.T) {
 			}
 			if b, _ := os.ReadFile(other); string(b) != "export PS1=x\n" {
 				t.Errorf("another session's shell snapshot was changed: %q", b)
+			}
+			if b, _ := os.ReadFile(otherEnv); string(b) != "export A=1\n" {
+				t.Errorf("another session's environment file was changed: %q", b)
 			}
 			if _, err := os.Stat(filepath.Join(home, ".claude/shell-snapshots/snapshot-bash-mine.sh")); err == nil {
 				t.Errorf("the session's snapshot was left on the host for the next session")
