@@ -282,3 +282,49 @@ func TestShadowShellSnapshotsPerSession(t *testing.T) {
 		})
 	}
 }
+
+// gitdirFlood leaves, for the next launch, more gitdirs than it protects,
+// each named with an OSC 52 clipboard write and a title report request:
+// the next launch refuses and names one of them.
+const gitdirFlood = `#!/bin/sh
+i=0
+while [ $i -le 1000 ]; do mkdir -p "$PWD/.git/modules/m$i$(printf '\033]52;c;UFdORUQ=\007\033[21t')" || exit 1; i=$((i+1)); done
+echo "flood: ok"
+exit 0
+`
+
+// What the launcher prints at the next launch is hostile input too: a
+// session that leaves 1,001 gitdirs named with terminal escape sequences
+// gets the next launch refused (TestGitdirsBounded), and the refusal
+// names one of them, escaped. As root and uid 65534; seen failing (ESC
+// and BEL on the launcher's stderr) without safeText.
+func TestShadowNextLaunchMessagesEscaped(t *testing.T) {
+	testutil.NeedsRoot(t)
+	testutil.NeedsUserNS(t)
+	for _, uid := range []int{0, testutil.Nobody} {
+		t.Run(fmt.Sprintf("uid%d", uid), func(t *testing.T) {
+			home := testutil.MkdirFor(t, uid)
+			ws := filepath.Join(home, "project")
+			for _, d := range []string{".claude", "project/.git/modules"} {
+				must(t, os.MkdirAll(filepath.Join(home, d), 0o755))
+			}
+			must(t, os.WriteFile(filepath.Join(ws, ".git/HEAD"), []byte("ref: refs/heads/main\n"), 0o644))
+			chownTree(t, uid, home)
+			prelude, claude := shadowHost(t, "egress-jail = 0\n", gitdirFlood)
+			r := runShadow(t, uid, home, ws, prelude, claude, surfaceEnv(home), "-p", "x")
+			if r.Code != 0 || !strings.Contains(r.Stdout, "flood: ok") {
+				t.Fatalf("first session: %v", r)
+			}
+			r = runShadow(t, uid, home, ws, prelude, claude, surfaceEnv(home), "-p", "x")
+			if r.Code == 0 || !strings.Contains(r.Stderr, "more than 1000 git directories") {
+				t.Fatalf("the next launch was not refused by the gitdir bound: %v", r)
+			}
+			if strings.ContainsAny(r.Stderr, "\x1b\x07") {
+				t.Errorf("an escape sequence a session chose reached the terminal: %q", r.Stderr)
+			}
+			if !strings.Contains(r.Stderr, `\x1b]52;c;UFdORUQ=\a\x1b[21t`) {
+				t.Errorf("the gitdir's name is not shown escaped: %q", r.Stderr)
+			}
+		})
+	}
+}
