@@ -692,3 +692,79 @@ func TestAttackSymlinkedDotGit(t *testing.T) {
 		})
 	}
 }
+
+// A host service restarting during the session re-creates its socket
+// (unlink, bind): the kernel detaches every mount on the old path in
+// every namespace, the sandbox's mask-socket included, and the new socket
+// was reachable; so was a socket bound later under a new name beside a
+// listed one. Both are refused now: a directory of the read-only view
+// that holds a listed socket is shown through a read-only overlay of
+// itself (mounts.SocketDir), through which connect() never reaches a
+// socket. As root and uid 65534; seen failing (both connected) with the
+// socket-dir ops left out of the plan.
+func TestAttackSocketRecreatedDuringSession(t *testing.T) {
+	users(t, func(t *testing.T, s *sandbox) {
+		wp := testutil.Build(t, "./integration/wallprobe")
+		tag := fmt.Sprintf("cs-atk-re-%d-%d", os.Getpid(), s.uid)
+		dir := "/srv/" + tag
+		mkdirOwned(t, dir)
+		must(t, os.WriteFile(dir+"/data.txt", []byte("DATA-OK\n"), 0o644))
+		t.Cleanup(func() { os.Remove(dir + "/data.txt") })
+		listen := func(p string) net.Listener {
+			t.Helper()
+			os.Remove(p)
+			l, err := net.Listen("unix", p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			must(t, os.Chmod(p, 0o777))
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			return l
+		}
+		a := listen(dir + "/a.sock")
+		sync := testutil.MkdirFor(t, s.uid)
+		script := fmt.Sprintf(`%[1]s connect %[2]s/a.sock; cat %[2]s/data.txt; : > %[3]s/ready
+while [ ! -e %[3]s/go ]; do sleep 0.05; done
+%[1]s connect %[2]s/a.sock %[2]s/b.sock`, wp, dir, sync)
+		cmd := s.cmd("--bind", sync, sync, "--", "/bin/sh", "-c", script)
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		must(t, cmd.Start())
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		for ready := false; !ready; {
+			select {
+			case err := <-done:
+				t.Fatalf("the sandbox ended before the restart: %v\n%s", err, out.String())
+			case <-time.After(50 * time.Millisecond):
+				_, err := os.Stat(sync + "/ready")
+				ready = err == nil
+			}
+		}
+		// The service restarts: its socket is unlinked and bound again;
+		// another one appears beside it.
+		a.Close()
+		a = listen(dir + "/a.sock")
+		b := listen(dir + "/b.sock")
+		t.Cleanup(func() { a.Close(); b.Close(); os.Remove(dir + "/a.sock"); os.Remove(dir + "/b.sock") })
+		must(t, os.WriteFile(sync+"/go", nil, 0o644))
+		if err := <-done; err != nil {
+			t.Fatalf("sandbox: %v\n%s", err, out.String())
+		}
+		got := out.String()
+		if strings.Count(got, dir+"/a.sock err:") != 2 || !strings.Contains(got, dir+"/b.sock err:") {
+			t.Errorf("uid %d: a host socket re-created or bound during the session is reachable:\n%s", s.uid, got)
+		}
+		if !strings.Contains(got, "DATA-OK") {
+			t.Errorf("uid %d: the socket directory's files no longer read:\n%s", s.uid, got)
+		}
+	})
+}

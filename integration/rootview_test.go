@@ -280,3 +280,61 @@ func TestPrivateWalkHostChurn(t *testing.T) {
 		}
 	}
 }
+
+// Deny by default in the kernel's trees: a root caller reads no file of
+// /proc (its processes' directories aside) or /sys that the host's other
+// users may not, named in the covers or not (a 0600 sysctl such as
+// kernel.cad_pid or net.ipv4.tcp_fastopen_key, /proc/tty/driver, a
+// module's root-only parameters, DAMON's admin files). Inside, every
+// regular file or directory whose owner is the sandbox's uid and that
+// others may not read is opened: none may open. Seen failing as root
+// (/proc/sys/kernel/cad_pid, /proc/tty/driver, /sys/module/*/parameters/*
+// and more read) without the HidePrivate walks of mounts.KernelTrees.
+func TestRootCallerKernelTreesPrivate(t *testing.T) {
+	users(t, func(t *testing.T, s *sandbox) {
+		script := `me=$(id -u)
+find /proc /sys \( -path '/proc/[0-9]*' -o -path /proc/self -o -path /proc/thread-self \) -prune -o \( -type f -o -type d \) -user "$me" -perm -u=r ! -perm -o=r -print 2>/dev/null |
+while read -r f; do
+  if [ -d "$f" ]; then ls "$f" >/dev/null 2>&1 && echo "LISTED $f"
+  else head -c 1 "$f" >/dev/null 2>&1 && echo "READ $f"; fi
+done
+[ -r /proc/sys/kernel/cad_pid ] && echo "CADPID-STILL-A-FILE"
+cat /proc/sys/kernel/ostype /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null | head -c 5 | grep -q . && echo PUBLIC-OK
+exit 0`
+		out := s.sh(script)
+		if strings.Contains(out, "LISTED ") || strings.Contains(out, "READ ") {
+			t.Errorf("uid %d: files of /proc or /sys only root may read were read inside:\n%s", s.uid, out)
+		}
+		if !strings.Contains(out, "PUBLIC-OK") {
+			t.Errorf("uid %d: world-readable kernel files no longer read:\n%s", s.uid, out)
+		}
+	})
+}
+
+// Deny by default at the root's top: what the host keeps beside the
+// walked trees (a /swapfile, /lost+found, a /data or /backup directory)
+// is judged too. A 0600 file at /, a 0700 directory at /, and a 0600
+// file inside a world-readable top-level directory are planted (and
+// removed after); inside root's sandbox none reads, the world-readable
+// file beside them does. Seen failing as root (all three read) without
+// the walk of "/".
+func TestRootCallerRootTopPrivate(t *testing.T) {
+	users(t, func(t *testing.T, s *sandbox) {
+		tag := fmt.Sprintf("cs-top-%d-%d", os.Getpid(), s.uid)
+		swap, dir, data := "/"+tag+".swap", "/"+tag+"-lost", "/"+tag+"-data"
+		must(t, os.WriteFile(swap, []byte("SECRET-swap\n"), 0o600))
+		must(t, os.Mkdir(dir, 0o700))
+		must(t, os.WriteFile(dir+"/f", []byte("SECRET-lost\n"), 0o644))
+		must(t, os.Mkdir(data, 0o755))
+		must(t, os.WriteFile(data+"/key", []byte("SECRET-data\n"), 0o600))
+		must(t, os.WriteFile(data+"/README", []byte("PUBLIC-data\n"), 0o644))
+		t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(data); os.Remove(swap) })
+		out := s.sh(fmt.Sprintf("cat %s %s/f %s/key %s/README 2>/dev/null; exit 0", swap, dir, data, data))
+		if strings.Contains(out, "SECRET-") {
+			t.Errorf("uid %d: a host file at the root's top only root may read was read inside:\n%s", s.uid, out)
+		}
+		if !strings.Contains(out, "PUBLIC-data") {
+			t.Errorf("uid %d: a world-readable file at the root's top is not read inside:\n%s", s.uid, out)
+		}
+	})
+}

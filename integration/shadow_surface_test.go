@@ -37,6 +37,34 @@ plant new-share-dir "$H/.local/share/newtool/run.sh"
 plant pre-commit "$H/.cache/pre-commit/repoabc/hook"
 plant gh-config "$H/.config/gh/config.yml"
 plant glab-aliases "$H/.config/glab-cli/aliases.yml"
+# tool configuration and startup files the host reads or runs (the home is a
+# per-session tmpfs but for the bind-backs)
+plant npmrc "$H/.npmrc"
+plant pip-conf "$H/.config/pip/pip.conf"
+plant pip-old "$H/.pip/pip.conf"
+plant bashrc "$H/.bashrc"
+plant bashrc-d "$H/.bashrc.d/evil.sh"
+plant profile "$H/.profile"
+plant zshrc "$H/.zshrc"
+plant fish-config "$H/.config/fish/config.fish"
+plant systemd-user "$H/.config/systemd/user/evil.service"
+plant autostart "$H/.config/autostart/evil.desktop"
+plant environment-d "$H/.config/environment.d/evil.conf"
+plant ssh-config "$H/.ssh/config"
+plant authorized-keys "$H/.ssh/authorized_keys"
+plant git-xdg "$H/.config/git/config"
+plant docker-config "$H/.docker/config.json"
+plant ipython-startup "$H/.ipython/profile_default/startup/evil.py"
+plant user-site-pth "$H/.local/lib/python3.12/site-packages/evil.pth"
+plant cargo-bin "$H/.cargo/bin/cargo"
+plant cargo-config "$H/.cargo/config.toml"
+plant go-bin "$H/go/bin/evil"
+plant nvim-init "$H/.config/nvim/init.lua"
+plant vscode-settings "$H/.config/Code/User/settings.json"
+plant vscode-extension "$H/.vscode/extensions/evil/package.json"
+plant mise-global "$H/.config/mise/config.toml"
+plant direnvrc "$H/.config/direnv/direnvrc"
+plant tmux-conf "$H/.tmux.conf"
 plant git-hook "$PWD/.git/hooks/pre-commit"
 plant git-hooks-path "$PWD/.githooks/pre-commit"
 git config core.fsmonitor 'echo PLANTED' 2>/dev/null && echo "plant git-config: landed" || echo "plant git-config: refused"
@@ -150,6 +178,7 @@ func TestShadowSurfaceNothingPlanted(t *testing.T) {
 				".local/share/nvim/site", ".local/share/uv/tools/ruff", ".local/share/uv/python/cpython-3.12", ".local/share/uv/python/note",
 				".local/share/pipx", ".local/share/applications", ".local/share/claude", ".local/share/newtool",
 				".cache/pre-commit/repoabc", ".local/share/icons/data.png", ".cache/fontconfig/data", "project/.git/hooks/pre-commit", "project/.githooks/pre-commit", "project/.git-moved",
+				".npmrc", ".config/pip/pip.conf", ".pip/pip.conf", ".bashrc", ".bashrc.d/evil.sh", ".profile", ".zshrc", ".config/fish/config.fish", ".config/systemd/user/evil.service", ".config/autostart/evil.desktop", ".config/environment.d/evil.conf", ".ssh/config", ".ssh/authorized_keys", ".config/git/config", ".docker/config.json", ".ipython/profile_default/startup/evil.py", ".local/lib/python3.12/site-packages/evil.pth", ".cargo/bin/cargo", ".cargo/config.toml", "go/bin/evil", ".config/nvim/init.lua", ".config/Code/User/settings.json", ".vscode/extensions/evil/package.json", ".config/mise/config.toml", ".config/direnv/direnvrc", ".tmux.conf",
 			} {
 				if _, err := os.Lstat(filepath.Join(home, rel)); err == nil {
 					t.Errorf("~/%s landed on the host", rel)

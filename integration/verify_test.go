@@ -144,6 +144,11 @@ func TestProbesDetectEscapes(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(fixture, "etc/wireguard"), 0o755))
 	must(t, os.WriteFile(filepath.Join(fixture, "etc/wireguard/wg0.conf"), []byte("PrivateKey = x"), 0o600))
 	cases["P64"] = []string{vp, "-root", fixture, "P64"}
+	// And one at the root's top, beside the listed trees (a /data).
+	top := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(top, "data"), 0o755))
+	must(t, os.WriteFile(filepath.Join(top, "data/key"), []byte("x"), 0o600))
+	cases["P64 (root's top)"] = []string{vp, "-root", top, "P64"}
 	cases["P65"] = []string{vp, "P65"}
 	cases["P66"] = []string{vp, "P66"}
 	cases["P67"] = []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",

@@ -54,5 +54,19 @@ func KernelCovers() []Op {
 	} {
 		ops = append(ops, Op{Kind: Mask, Dst: p})
 	}
+	// Deny by default: the lists above name what is known; every other
+	// file or directory of /proc (its processes' directories aside) and
+	// /sys that host root may read and the host's other users may not
+	// (a tunable's 0600 file such as net.ipv4.tcp_fastopen_key, the
+	// host's under --net=host; /proc/tty/driver; a module's root-only
+	// parameters; DAMON's admin tree) is hidden as in the host's trees.
+	for _, p := range KernelTrees {
+		ops = append(ops, Op{Kind: HidePrivate, Dst: p})
+	}
 	return ops
 }
+
+// KernelTrees are the kernel's filesystems a root caller's view walks
+// with HidePrivate after the covers: the sandbox's own /proc (its
+// processes' directories left alone) and the read-only /sys clone.
+var KernelTrees = []string{"/proc", "/sys"}

@@ -13,13 +13,15 @@ func TestKernelCovers(t *testing.T) {
 		"/proc/slabinfo": Mask, "/proc/pagetypeinfo": Mask, "/proc/zoneinfo": Mask, "/proc/buddyinfo": Mask,
 		"/proc/vmallocinfo": Mask, "/proc/iomem": Mask, "/proc/kallsyms": Mask, "/proc/interrupts": Mask,
 		"/sys/dev/block": Mask, "/sys/fs/selinux": Mask, "/sys/kernel/security": Mask,
+		// Deny by default after the lists: every root-only entry of both.
+		"/proc": HidePrivate, "/sys": HidePrivate,
 	}
 	got := map[string]Kind{}
 	for _, op := range KernelCovers() {
 		if c, err := CleanAbs(op.Dst); err != nil || c != op.Dst {
 			t.Errorf("%s: destination not absolute and clean", op)
 		}
-		if op.Kind != ReadOnly && op.Kind != Mask {
+		if op.Kind != ReadOnly && op.Kind != Mask && op.Kind != HidePrivate {
 			t.Errorf("%s: unexpected kind", op)
 		}
 		got[op.Dst] = op.Kind

@@ -16,6 +16,8 @@ func (b *builder) applyMore(op Op) error {
 		return b.symlink(op)
 	case MaskSocket:
 		return b.maskSocket(op.Dst)
+	case SocketDir:
+		return b.socketDir(op.Dst)
 	}
 	return &Error{Op: "setup", Err: fmt.Errorf("unknown operation %q", op.Kind)}
 }
@@ -90,6 +92,48 @@ func (b *builder) maskSocket(dst string) error {
 	// Onto the inode looked at above, not a fresh lookup of dst.
 	if err := unix.MoveMount(fd, "", t, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 		return &Error{Op: "mask socket", Dst: dst, Err: err}
+	}
+	return nil
+}
+
+// socketDir lays a read-only overlay of the directory dst (as the view
+// has it) over itself (see SocketDir). The overlay's lower layers are the
+// directory, opened in the new root (the working directory while the
+// overlay is made, named "."), and an empty directory of the scratch
+// tmpfs (overlayfs wants two lower layers when it has no upper one).
+// A dst the sandbox cannot reach, or that is no directory now, is left
+// alone, as for maskSocket.
+func (b *builder) socketDir(dst string) error {
+	t, err := resolveIn(b.root, dst, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EACCES), errors.Is(err, unix.ELOOP):
+		return nil
+	case err != nil:
+		return &Error{Op: "socket directory", Dst: dst, Err: err}
+	}
+	defer unix.Close(t)
+	const empty = "/empty-socket-lower"
+	if err := os.Mkdir(empty, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return &Error{Op: "socket directory", Dst: dst, Err: unwrap(err)}
+	}
+	if err := unix.Fchdir(t); err != nil {
+		return &Error{Op: "socket directory", Dst: dst, Err: err}
+	}
+	fd, err := newFS("overlay", map[string]string{"lowerdir": ".:" + empty},
+		unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if cerr := unix.Chdir("/"); cerr != nil {
+		if err == nil {
+			unix.Close(fd)
+		}
+		return &Error{Op: "chdir", Dst: "/", Err: cerr}
+	}
+	if err != nil {
+		b.warnf("%s: the kernel refused an overlay (%v): a socket the host binds there while the sandbox runs is reachable", dst, err)
+		return nil
+	}
+	defer unix.Close(fd)
+	if err := unix.MoveMount(fd, "", t, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return &Error{Op: "socket directory", Dst: dst, Err: err}
 	}
 	return nil
 }

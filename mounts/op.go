@@ -78,6 +78,15 @@ const (
 	// regular file, so connect() finds no socket there. A Dst that no
 	// longer exists, or is now a directory, is left alone.
 	MaskSocket Kind = "mask-socket"
+	// SocketDir shows the directory Dst, as the view has it, through a
+	// read-only overlay of itself: its files read as before, but no
+	// socket in it can be connected to (connect() through an overlay
+	// never reaches the socket's own inode), neither one there at launch
+	// nor one the host binds there later: a service restart, whose unlink
+	// detaches a MaskSocket laid on the old inode, or a new name. Where the
+	// kernel refuses the overlay, the directory is left as it is (its
+	// sockets' masks still apply), with a warning.
+	SocketDir Kind = "socket-dir"
 )
 
 // Op is one step of a filesystem view. Paths are absolute and clean; Src is

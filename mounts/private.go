@@ -26,15 +26,27 @@ const HidePrivate Kind = "hide-private"
 
 // PrivateWalkBudget is how many directory entries one sandbox's walks
 // (every HidePrivate of its plan together) look at before they mask the
-// directories left unread. A variable for tests.
+// directories left unread; each of [KernelTrees] has a budget of this
+// size of its own. A variable for tests.
 var PrivateWalkBudget = 200000
 
 // PrivateTrees are the host trees a root caller's plan walks with
 // HidePrivate: where packages, services and administrators keep
 // configuration, state, keys and users' files. /usr (packages' files,
-// world-readable by design), /proc, /sys, /dev and /run (covered
-// elsewhere) and /tmp (a tmpfs) are not walked.
+// world-readable by design), /dev and /run (covered elsewhere) and /tmp
+// (a tmpfs) are not walked; /proc and /sys are walked after the kernel
+// covers ([KernelTrees]).
 var PrivateTrees = []string{"/etc", "/root", "/var", "/srv", "/opt", "/home", "/boot", "/usr/local/etc", "/mnt", "/media"}
+
+// RootTreeSkip are the top-level names a HidePrivate of "/" (which plans
+// add after PrivateTrees: deny by default, for whatever else the host
+// keeps at its top, a /swapfile, /lost+found, /data, /backup) leaves
+// alone: PrivateTrees' own (walked first), package stores and system
+// directories world-readable by design (and too large to walk at every
+// launch), the kernel's trees (see KernelTrees) and the sandbox's own.
+var RootTreeSkip = []string{"etc", "root", "var", "srv", "opt", "home", "boot", "mnt", "media",
+	"usr", "nix", "gnu", "snap", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+	"proc", "sys", "dev", "run", "tmp"}
 
 // Private reports whether an entry of mode mode (the st_mode bits), owned
 // by uid:gid, is readable by a process of uid me and groups groups (without

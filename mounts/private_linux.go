@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -25,8 +26,16 @@ func (b *builder) hidePrivate(dst string) error {
 		b.resolveKeep()
 		b.keepAbove = ancestors(b.keep)
 	}
-	if b.keep[dst] {
+	kernel := slices.Contains(KernelTrees, dst)
+	if b.keep[dst] && !kernel {
 		return nil // a later operation replaces the whole tree
+	}
+	if kernel {
+		// A budget of its own: a large /var spent first must not leave
+		// /sys hidden whole (nproc and friends read it).
+		left := b.walkLeft
+		b.walkLeft = PrivateWalkBudget
+		defer func() { b.walkLeft = left }()
 	}
 	fd, err := resolveIn(b.root, dst, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
@@ -52,7 +61,7 @@ func (b *builder) hidePrivate(dst string) error {
 		b.walk = &privateWalk{b: b} // its buffers serve every tree of the plan
 	}
 	w := b.walk
-	w.path, w.unread = append(w.path[:0], dst...), 0
+	w.path, w.unread, w.proc, w.top = append(w.path[:0], dst...), 0, dst == "/proc", dst == "/"
 	err = w.dir(fd, 0)
 	if w.unread > 0 {
 		b.warnf("the walk for files only root may read stopped at its bound (%d entries): %d directories below %s it did not read are hidden whole", PrivateWalkBudget, w.unread, dst)
@@ -65,6 +74,8 @@ type privateWalk struct {
 	bufs   [][]byte // getdents buffers, one per depth, reused
 	path   []byte   // the view's path of the entry at hand
 	unread int      // directories masked whole because the budget was spent
+	proc   bool     // the walk is the sandbox's /proc: its processes' directories are left alone
+	top    bool     // the walk is "/": RootTreeSkip's names are left alone
 }
 
 // walkBuf is the size of a depth's getdents buffer: one page. A directory
@@ -197,6 +208,12 @@ func (w *privateWalk) judge(dfd int, list []byte, base, depth int) error {
 		if name < 0 {
 			continue // "." and ".."
 		}
+		if w.proc && depth == 0 && allDigits(rec[direntName:name]) {
+			continue // the sandbox's own processes, not the host's
+		}
+		if w.top && depth == 0 && slices.Contains(RootTreeSkip, string(rec[direntName:name])) {
+			continue // walked on its own, or world-readable by design
+		}
 		switch typ {
 		case unix.DT_LNK, unix.DT_SOCK, unix.DT_CHR, unix.DT_BLK:
 			continue // see entry: never masked by the walk
@@ -214,6 +231,16 @@ func (w *privateWalk) judge(dfd int, list []byte, base, depth int) error {
 		}
 	}
 	return nil
+}
+
+// allDigits reports whether name is a process's directory name in /proc.
+func allDigits(name []byte) bool {
+	for _, c := range name {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return len(name) > 0
 }
 
 // list starts reading the directory open at dfd into the buffer of its

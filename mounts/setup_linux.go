@@ -89,7 +89,7 @@ func placedDsts(ops []Op) map[string]bool {
 	m := map[string]bool{}
 	for _, op := range ops {
 		switch op.Kind {
-		case RootRO, Mask, MaskSocket, ReadOnly, HidePrivate:
+		case RootRO, Mask, MaskSocket, ReadOnly, HidePrivate, SocketDir:
 		default:
 			m[op.Dst] = true
 		}
@@ -192,7 +192,7 @@ func (b *builder) apply(op Op) error {
 		return b.readOnly(op.Dst)
 	case Overlay:
 		return b.overlay(op)
-	case Symlink, MaskSocket:
+	case Symlink, MaskSocket, SocketDir:
 		return b.applyMore(op)
 	case HidePrivate:
 		return b.hidePrivate(op.Dst)

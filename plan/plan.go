@@ -26,6 +26,7 @@ import (
 	"net/netip"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/claude-sandbox/claude-sandbox/internal/exact"
@@ -358,6 +359,8 @@ func Build(opts Options) (*Plan, error) {
 		for _, t := range mounts.PrivateTrees {
 			p.Mounts = append(p.Mounts, mounts.Op{Kind: mounts.HidePrivate, Dst: t})
 		}
+		// Then the rest of the root's top (mounts.RootTreeSkip).
+		p.Mounts = append(p.Mounts, mounts.Op{Kind: mounts.HidePrivate, Dst: "/"})
 	}
 	user, err := checkOps(opts.Ops, stat, devDir)
 	if err != nil {
@@ -382,10 +385,13 @@ func Build(opts Options) (*Plan, error) {
 		}
 		p.PidsLimit = opts.PidsLimit
 	}
-	hide, warnings, err := hideSockets(p.Mounts, h, opts.AllowSockets)
+	hide, sockDirs, warnings, err := hideSockets(p.Mounts, h, opts.AllowSockets)
 	if err != nil {
 		return nil, err
 	}
+	// Right after the read-only root, so that what is placed below such
+	// a directory (a walk's masks, a bind) lies on the overlay.
+	p.Mounts = slices.Insert(p.Mounts, 1, sockDirs...)
 	if err := sizeTmpfs(p, opts.TmpfsSize); err != nil {
 		return nil, err
 	}
@@ -424,7 +430,7 @@ func emptyCwd(p *Plan) string {
 		op := p.Mounts[i]
 		// The private-file walk and socket masks hide entries below
 		// their destination; they never replace the tree at it.
-		if !mounts.Within(p.Dir, op.Dst) || op.Kind == mounts.HidePrivate || op.Kind == mounts.MaskSocket {
+		if !mounts.Within(p.Dir, op.Dst) || op.Kind == mounts.HidePrivate || op.Kind == mounts.MaskSocket || op.Kind == mounts.SocketDir {
 			continue
 		}
 		if op.Kind == mounts.Tmpfs && op.Dst == p.Dir {

@@ -304,7 +304,7 @@ func TestPlanJSONExactBytes(t *testing.T) {
 
 func hidePrivate() []mounts.Op {
 	var ops []mounts.Op
-	for _, t := range []string{"/etc", "/root", "/var", "/srv", "/opt", "/home", "/boot", "/usr/local/etc", "/mnt", "/media"} {
+	for _, t := range []string{"/etc", "/root", "/var", "/srv", "/opt", "/home", "/boot", "/usr/local/etc", "/mnt", "/media", "/"} {
 		ops = append(ops, mounts.Op{Kind: mounts.HidePrivate, Dst: t})
 	}
 	return ops
@@ -395,7 +395,7 @@ func TestRootCallerWalksPrivateTrees(t *testing.T) {
 	if p, err = Build(root); err != nil {
 		t.Fatal(err)
 	}
-	if w := count(p); w != len(mounts.PrivateTrees) || p.HostRoot {
-		t.Errorf("a root caller's plan walks %d trees (want %d), hostRoot %v", w, len(mounts.PrivateTrees), p.HostRoot)
+	if w := count(p); w != len(mounts.PrivateTrees)+1 || p.HostRoot {
+		t.Errorf("a root caller's plan walks %d trees (want %d: PrivateTrees, then /), hostRoot %v", w, len(mounts.PrivateTrees)+1, p.HostRoot)
 	}
 }

@@ -358,7 +358,7 @@ func showsAt(view []mounts.Op, hostPath string) []string {
 		for _, later := range view[i+1:] {
 			// A HidePrivate walk covers only what it finds private;
 			// a socket there still shows.
-			if later.Kind != mounts.MaskSocket && later.Kind != mounts.HidePrivate && mounts.Within(at, later.Dst) {
+			if later.Kind != mounts.MaskSocket && later.Kind != mounts.HidePrivate && later.Kind != mounts.SocketDir && mounts.Within(at, later.Dst) {
 				covered = true
 				break
 			}
@@ -373,13 +373,21 @@ func showsAt(view []mounts.Op, hostPath string) []string {
 // hideSockets returns the socket masks for view and the bind-backs of the
 // allowed sockets, to go after every other op. Warnings name allowed paths
 // that are missing.
-func hideSockets(view []mounts.Op, h Host, allow []string) (ops []mounts.Op, warnings []string, err error) {
+//
+// sockDirs are the socket directories (mounts.SocketDir) for the directories
+// of the read-only root that hold a masked socket, to go right after the
+// view's RootRO: a mask lies on the socket's inode, and the host's unlink
+// of it (a service restart re-creating its socket) detaches the mask in
+// every namespace; a socket bound there later under a new name was never
+// masked. A directory with host mounts below it (or "/") keeps the masks
+// alone: an overlay would hide those mounts.
+func hideSockets(view []mounts.Op, h Host, allow []string) (ops, sockDirs []mounts.Op, warnings []string, err error) {
 	allowed := map[string]bool{}
 	var backs []mounts.Op
 	for _, a := range allow {
 		p, err := mounts.CleanAbs(a)
 		if err != nil {
-			return nil, nil, errf("--allow-socket: %v", err)
+			return nil, nil, nil, errf("--allow-socket: %v", err)
 		}
 		target, err := resolve(h, p)
 		if err != nil {
@@ -387,10 +395,10 @@ func hideSockets(view []mounts.Op, h Host, allow []string) (ops []mounts.Op, war
 				warnings = append(warnings, fmt.Sprintf("--allow-socket %s: no such socket on the host; nothing to allow", p))
 				continue
 			}
-			return nil, nil, errf("--allow-socket %s: %v", p, unwrapPathErr(err))
+			return nil, nil, nil, errf("--allow-socket %s: %v", p, unwrapPathErr(err))
 		}
 		if !isSocket(h, target) {
-			return nil, nil, errf("--allow-socket %s: %s is not a socket (to show a file or directory use --ro-bind)", p, target)
+			return nil, nil, nil, errf("--allow-socket %s: %s is not a socket (to show a file or directory use --ro-bind)", p, target)
 		}
 		if !allowed[target] {
 			allowed[target] = true
@@ -498,7 +506,61 @@ func hideSockets(view []mounts.Op, h Host, allow []string) (ops []mounts.Op, war
 	for _, m := range masks {
 		ops = append(ops, mounts.Op{Kind: mounts.MaskSocket, Dst: m})
 	}
-	return append(ops, backs...), warnings, nil
+	var below []string // host mount points, for socketDirs
+	if ml, ok := h.(MountLister); ok {
+		if table, err := ml.Mounts(); err == nil {
+			for _, m := range table {
+				below = append(below, m.Point)
+			}
+		}
+	}
+	return append(ops, backs...), socketDirs(view, masks, below), warnings, nil
+}
+
+// socketDirs returns a SocketDir op for the directory of each mask that
+// the view shows through its read-only root (not a bind, which may be
+// writable or show another tree), unless it is "/" or a host mount point
+// lies below it.
+func socketDirs(view []mounts.Op, masks, hostMounts []string) []mounts.Op {
+	var out []mounts.Op
+	seen := map[string]bool{}
+	for _, m := range masks {
+		d := path.Dir(m)
+		if d == "/" || seen[d] || !viaRoot(view, d) {
+			continue
+		}
+		seen[d] = true
+		nested := false
+		for _, p := range hostMounts {
+			if p != d && mounts.Within(p, d) {
+				nested = true
+				break
+			}
+		}
+		if !nested {
+			out = append(out, mounts.Op{Kind: mounts.SocketDir, Dst: d})
+		}
+	}
+	return out
+}
+
+// viaRoot reports whether the view's path p comes from its read-only
+// root: no op that places a tree (a bind, a tmpfs, an overlay...) holds
+// it. Masks, walks, covers and files do not place a tree at p.
+func viaRoot(view []mounts.Op, p string) bool {
+	for i := len(view) - 1; i >= 0; i-- {
+		op := view[i]
+		switch op.Kind {
+		case mounts.RootRO:
+			return true
+		case mounts.MaskSocket, mounts.HidePrivate, mounts.SocketDir, mounts.ReadOnly, mounts.File, mounts.Symlink:
+			continue
+		}
+		if mounts.Within(p, op.Dst) {
+			return false
+		}
+	}
+	return false
 }
 
 // showsAnywhere reports whether the host path p, or another path of it

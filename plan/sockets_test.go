@@ -3,6 +3,7 @@ package plan
 import (
 	"io/fs"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -168,6 +169,13 @@ func TestSocketsHidden(t *testing.T) {
 		mounts.Op{Kind: mounts.MaskSocket, Dst: "/w/d.sock"},
 		mounts.Op{Kind: mounts.ROBind, Src: "/run/docker.sock", Dst: "/run/docker.sock"},
 	)
+	// The directories of the read-only root that hold a masked socket
+	// are shown through a read-only overlay, right after the root (not
+	// /w: a bind shows it, and a bind may be writable).
+	want = slices.Insert(want, 1,
+		mounts.Op{Kind: mounts.SocketDir, Dst: "/data"},
+		mounts.Op{Kind: mounts.SocketDir, Dst: "/srv"},
+		mounts.Op{Kind: mounts.SocketDir, Dst: "/var/lib/x"})
 	if !reflect.DeepEqual(unsized(p).Mounts, want) {
 		t.Errorf("mounts:\n%v\nwant:\n%v", p.Mounts, want)
 	}
@@ -318,5 +326,20 @@ func TestSocketsHiddenUnderPrivateWalks(t *testing.T) {
 		if !got[want] {
 			t.Errorf("no socket mask for %s under a private-file walk: %v", want, p.Mounts)
 		}
+	}
+}
+
+// socketDirs: only directories the read-only root shows, never "/", never
+// one with a host mount below it (an overlay would hide that mount); a
+// directory with a mount of its own is fine (the overlay shows its top).
+func TestSocketDirsRules(t *testing.T) {
+	view := []mounts.Op{{Kind: mounts.RootRO, Dst: "/"}, {Kind: mounts.Tmpfs, Dst: "/run"},
+		{Kind: mounts.Bind, Src: "/ws", Dst: "/ws"}, {Kind: mounts.ROBind, Src: "/data", Dst: "/ro"},
+		{Kind: mounts.HidePrivate, Dst: "/var"}, {Kind: mounts.MaskSocket, Dst: "/var/lib/x/a.sock"}}
+	masks := []string{"/a.sock", "/var/lib/x/a.sock", "/var/lib/x/b.sock", "/ws/s.sock", "/ro/s.sock", "/mnt/m/s.sock", "/srv/nested/s.sock", "/run/x/s.sock"}
+	got := socketDirs(view, masks, []string{"/", "/mnt/m", "/srv/nested/below", "/var"})
+	want := []mounts.Op{{Kind: mounts.SocketDir, Dst: "/var/lib/x"}, {Kind: mounts.SocketDir, Dst: "/mnt/m"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("socketDirs = %v, want %v", got, want)
 	}
 }

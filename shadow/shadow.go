@@ -113,6 +113,12 @@ type StateEntry struct {
 	Data string
 }
 
+// PerSessionDirs (below the home directory) hold what Claude Code's Bash
+// tool sources before every command, for one session: its shell
+// snapshots and its SessionStart hooks' environment files. Each is a
+// tmpfs of the session's own inside.
+var PerSessionDirs = []string{".claude/shell-snapshots", ".claude/session-env"}
+
 // ClaudeJSONSeed is what a new ~/.claude.json holds: an empty file is not
 // JSON, and Claude Code reports it corrupted and moves it aside.
 const ClaudeJSONSeed = "{}\n"
@@ -281,6 +287,21 @@ func Build(in Inputs) (*Launch, error) {
 	// sessions write: confine (below) refuses it when it is a link.
 	if _, err := in.Stat(h(".claude/local")); err == nil {
 		ops = append(ops, mounts.Op{Kind: mounts.Overlay, Src: h(".claude/local"), Dst: h(".claude/local"), Optional: true})
+	}
+	// Claude Code sources its session's shell snapshot
+	// (~/.claude/shell-snapshots/snapshot-*.sh) and its SessionStart
+	// hooks' environment file (~/.claude/session-env/ID/, the file
+	// CLAUDE_ENV_FILE names) before every command of its Bash tool: a
+	// session that rewrote a concurrent session's would run its code
+	// there, with that session's workspace, reach and agent. Each session
+	// gets directories of its own. A link left in their place is not
+	// mounted on (see PerSessionDirs).
+	for _, d := range PerSessionDirs {
+		if fi, err := in.Lstat(h(d)); err == nil && !fi.IsDir() {
+			l.Warnings = append(l.Warnings, fmt.Sprintf("%s is not a directory (a link a session left?): it is shared with every other session of Claude Code until you remove it", h(d)))
+			continue
+		}
+		ops = append(ops, mounts.Op{Kind: mounts.Tmpfs, Dst: h(d), Mode: 0o700})
 	}
 	// Issue 27: ~/.cache and ~/.local/share are empty but for the listed
 	// entries (homelist.go).

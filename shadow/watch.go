@@ -127,6 +127,19 @@ func watchList(in Inputs, home, ws string, cfg Config) []Watched {
 			Watched{ws + "/.devcontainer", WatchTree, ws},
 			Watched{ws + "/.envrc", WatchFile, ws},
 		)
+		// What the host's version control runs by itself from the
+		// workspace: a hook the host's git commit runs through a hook
+		// manager's configuration (pre-commit's local hooks, lefthook's
+		// commands, husky 9's scripts, which its read-only .husky/_
+		// wrappers call), Mercurial's and old Jujutsu's repository
+		// config (hooks, extensions, aliases, pager: any hg or jj
+		// command, a shell prompt's included), mise's config (enter
+		// hooks run on cd once the directory is trusted, and mise's
+		// trust is by path, not content).
+		for _, rel := range workspaceRunFiles {
+			w = append(w, Watched{ws + "/" + rel, WatchFile, ws})
+		}
+		w = append(w, Watched{ws + "/.husky", WatchTree, ws})
 	}
 	// A commondir planted in the workspace's gitdir would redirect git to
 	// a config of the session's making; it cannot be blocked without a
@@ -149,6 +162,17 @@ func watchList(in Inputs, home, ws string, cfg Config) []Watched {
 		}
 	}
 	return w
+}
+
+// workspaceRunFiles are workspace files the host's tools run commands
+// from without the user choosing to (see watchList).
+var workspaceRunFiles = []string{
+	".pre-commit-config.yaml", ".pre-commit-config.yml",
+	"lefthook.yml", ".lefthook.yml", "lefthook.yaml", ".lefthook.yaml",
+	"lefthook-local.yml", ".lefthook-local.yml", "lefthook-local.yaml", ".lefthook-local.yaml",
+	".hg/hgrc", ".jj/repo/config.toml",
+	"mise.toml", ".mise.toml", "mise.local.toml", ".mise.local.toml",
+	".config/mise.toml", ".config/mise/config.toml", ".mise/config.toml",
 }
 
 // Host is what the fingerprint reads on the host. Every function reads

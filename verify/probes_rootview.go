@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -55,7 +56,17 @@ func privateFileProbe(e *Env) (Status, string) {
 	looked := 0
 	var found string
 	stop := errors.New("stop")
-	for _, tree := range mounts.PrivateTrees {
+	// The listed trees first, then what else the root's top holds (the
+	// plan's last walk of "/": mounts.RootTreeSkip names what it leaves).
+	trees := slices.Clone(mounts.PrivateTrees)
+	if ents, err := os.ReadDir(e.path("/")); err == nil {
+		for _, d := range ents {
+			if !slices.Contains(mounts.RootTreeSkip, d.Name()) && d.Type()&fs.ModeSymlink == 0 {
+				trees = append(trees, "/"+d.Name())
+			}
+		}
+	}
+	for _, tree := range trees {
 		_ = filepath.WalkDir(e.path(tree), func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return nil

@@ -268,7 +268,7 @@ func launch(verb string, opts plan.Options, x runExtras, dryRun bool, stdout, st
 	// fail reports a launch that ends before the sandbox is started.
 	fail := func(code int, format string, a ...any) int {
 		msg := fmt.Sprintf(format, a...)
-		fmt.Fprintln(stderr, msg)
+		fmt.Fprintln(stderr, safeText(msg))
 		if sw != nil {
 			sw.end("failed", code, errors.New(msg))
 		}

@@ -195,3 +195,20 @@ func TestWatchScriptLinksOut(t *testing.T) {
 		}
 	}
 }
+
+// safeText keeps a message readable (newlines, tabs, any printable text)
+// and escapes what a terminal would act on.
+func TestSafeText(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain /path/ünï":           "plain /path/ünï",
+		"a\nb\tc":                   "a\nb\tc",
+		"m\x1b]52;c;QQ==\a\x1b[21t": `m\x1b]52;c;QQ==\a\x1b[21t`,
+		"x\rforged":                 `x\rforged`,
+		"bidi\u202eevil":            `bidi\u202eevil`,
+		"bad\xffbyte":               `bad\xffbyte`,
+	} {
+		if got := safeText(in); got != want {
+			t.Errorf("safeText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

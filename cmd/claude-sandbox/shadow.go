@@ -69,7 +69,7 @@ func shadowMain(args []string, dryRun bool, stdout, stderr io.Writer) int {
 	}
 	l, err := shadow.Build(in)
 	if err != nil {
-		fmt.Fprintln(stderr, "claude:", err)
+		fmt.Fprintln(stderr, "claude:", safeText(err.Error()))
 		return 1
 	}
 	if l.Direct {
@@ -84,13 +84,13 @@ func shadowMain(args []string, dryRun bool, stdout, stderr io.Writer) int {
 	}
 	if !dryRun {
 		for _, err := range createState(in.Home, in.UID, in.GID, l.State) {
-			fmt.Fprintln(stderr, "claude: warning:", err)
+			fmt.Fprintln(stderr, "claude: warning:", safeText(err.Error()))
 		}
 		for _, err := range createBindTargets(in.Home, in.UID, in.GID, l.CreateDirs, l.CreateFiles, os.Geteuid() == 0) {
-			fmt.Fprintln(stderr, "claude: warning:", err)
+			fmt.Fprintln(stderr, "claude: warning:", safeText(err.Error()))
 		}
 		for _, w := range l.Warnings {
-			fmt.Fprintln(stderr, "claude-sandbox: warning:", w)
+			fmt.Fprintln(stderr, "claude-sandbox: warning:", safeText(w))
 		}
 		if l.PersistWarning != "" && notePersistWarning(in.Home) {
 			fmt.Fprintln(stderr, "claude-sandbox: warning:", l.PersistWarning)
@@ -290,6 +290,40 @@ func changeLog(now string, changes []shadow.Change, limit int) []byte {
 // escapeReport shows a session-chosen string on the terminal: as it is
 // when every rune is printable (and no quote or backslash could make it
 // read as an escaped one), else Go-quoted (\x1b, \n, \u202e visible).
+// safeText escapes, in a message the launcher prints, every rune that is
+// not printable (an escape sequence, a carriage return, a bidi control)
+// but newlines and tabs: messages name paths a session chose (a gitdir
+// under .git/modules, a directory of the workspace), and the terminal
+// must show them, not act on them (a title report or an OSC 52 write
+// would type into the user's shell once the launcher exits).
+func safeText(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || (!unicode.IsPrint(r) && r != '\n' && r != '\t') {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case !unicode.IsPrint(r) && r != '\n' && r != '\t':
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
 func escapeReport(s string) string {
 	for _, r := range s {
 		if r == utf8.RuneError || !unicode.IsPrint(r) || r == '"' || r == '\\' {
