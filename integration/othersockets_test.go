@@ -18,8 +18,11 @@ const otherUID = 54321
 // elsewhere on the machine ever sees its sockets): another user's daemons
 // listen in their 0700 directories (git credential-cache's
 // ~/.cache/git/credential/socket, a socket under /run/user/UID) and in a
-// directory the unprivileged caller cannot read (0711), before a launch
-// and while it runs; then a second launch starts with all of them up.
+// directory the unprivileged caller cannot read (0711), and directly in
+// a 0700 directory of their own where the view shows it (as another
+// container's /tmp/claude-sandbox-UID under Docker's overlay root: its
+// socket directory cannot be entered, so it gets no overlay), before a
+// launch and while it runs; then a second launch starts with all of them up.
 // Each launch connects to every socket from inside and prints the result.
 // Set: D (a fresh directory), HM (the caller's home), O (the other uid),
 // S (the caller's uid), BIN, WP.
@@ -29,15 +32,15 @@ trap 'kill $L1 $L2 $R1 2>/dev/null || true; wait' EXIT
 mount -t tmpfs -o mode=0755 tmpfs "$D"
 mount -t tmpfs -o mode=0755 tmpfs /run/user
 H=$D/home/other
-mkdir -p $H/.cache/git/credential /run/user/$O $D/unread
-chown -R $O:$O $D/home /run/user/$O $D/unread
-chmod 700 $H/.cache $H/.cache/git/credential /run/user/$O
+mkdir -p $H/.cache/git/credential /run/user/$O $D/unread $D/private
+chown -R $O:$O $D/home /run/user/$O $D/unread $D/private
+chmod 700 $H/.cache $H/.cache/git/credential /run/user/$O $D/private
 chmod 711 $D/unread
 waitfor() { # file pid: until the file has a line, while pid lives
 	until [ -s "$1" ]; do kill -0 "$2" || { echo "process $2 ended before $1"; exit 1; }; sleep 0.05; done
 }
 as() { u=$1; shift; setpriv --reuid=$u --regid=$u --clear-groups --pdeathsig=KILL -- "$@"; }
-BEFORE="$H/.cache/git/credential/socket /run/user/$O/bus $D/unread/sock"
+BEFORE="$H/.cache/git/credential/socket /run/user/$O/bus $D/unread/sock $D/private/sock"
 AFTER="$H/.cache/git/credential/socket-after /run/user/$O/bus-after"
 as $O "$WP" listen $BEFORE > $D/l1 & L1=$!
 waitfor $D/l1 $L1
@@ -81,7 +84,7 @@ func TestOtherUsersSocketsNeverStopLaunch(t *testing.T) {
 				t.Errorf("%s did not succeed with another user's sockets listening:\n%s", launch, r.Stdout)
 			}
 		}
-		// Five sockets, each tried by both launches.
+		// Six sockets, each tried by both launches.
 		var tried int
 		for _, line := range strings.Split(r.Stdout, "\n") {
 			p, res, ok := strings.Cut(line, " ")
@@ -93,8 +96,8 @@ func TestOtherUsersSocketsNeverStopLaunch(t *testing.T) {
 				t.Errorf("another user's socket %s is reachable from inside: %s", p, res)
 			}
 		}
-		if tried != 10 {
-			t.Errorf("tried %d connects, want 10:\n%s", tried, r.Stdout)
+		if tried != 12 {
+			t.Errorf("tried %d connects, want 12:\n%s", tried, r.Stdout)
 		}
 		if _, err := os.Stat(d + "/l1"); err == nil {
 			t.Errorf("the script's tmpfs over %s leaked out of its mount namespace", d)

@@ -116,7 +116,14 @@ func (b *builder) socketDir(dst string) error {
 	if err := os.Mkdir(empty, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return &Error{Op: "socket directory", Dst: dst, Err: unwrap(err)}
 	}
-	if err := unix.Fchdir(t); err != nil {
+	if err := unix.Fchdir(t); errors.Is(err, unix.EACCES) {
+		// An O_PATH open of the last component needs no search
+		// permission; entering it does. Another user's 0700 directory
+		// (a daemon's socket directory, another container's /tmp) is
+		// one the sandbox cannot enter either: none of its sockets is
+		// reachable, now or later, and the launch goes on.
+		return nil
+	} else if err != nil {
 		return &Error{Op: "socket directory", Dst: dst, Err: err}
 	}
 	fd, err := newFS("overlay", map[string]string{"lowerdir": ".:" + empty},
