@@ -132,7 +132,7 @@ func TestAskMode(t *testing.T) {
 		if asked("other") {
 			t.Errorf("the lab's resolver was asked for other.test before any approval")
 		}
-		notice := "asks to reach other.test:7000: claude-sandbox approve " + strconv.Itoa(q.ID) + " (or deny " + strconv.Itoa(q.ID) + "; refused in 20s); from pid " + strconv.Itoa(q.Who.PID) + ` "egressprobe serve"`
+		notice := "asks to reach other.test:7000: claude-sandbox approve " + reqRef(q) + " (or deny " + reqRef(q) + "; refused in 20s); from pid " + strconv.Itoa(q.Who.PID) + ` "egressprobe serve"`
 		called := time.Now()
 		if out, err := hostAs(uid, bin, "approve", reqRef(q), "--session").CombinedOutput(); err != nil {
 			t.Fatalf("approve: %v: %s", err, out)

@@ -176,6 +176,7 @@ echo "listed: $(ssh-add -L | wc -l) $(ssh-add -L | cut -d' ' -f3)"
 test -e ` + key + ` && echo "KEY VISIBLE"
 cat ` + key + ` 2>/dev/null && echo "KEY READABLE"
 SSH_AUTH_SOCK=` + sock + ` ssh-add -L >/dev/null 2>&1 && echo "HOST AGENT REACHABLE"
+unshare -U ssh-add -L | grep -q . && echo "NESTED USERNS LISTED"
 cd /tmp && git init -q r && cd r && git -c user.email=a@b.test -c user.name=a commit -q --allow-empty -m lab &&
   git push -q root@forge.test:` + filepath.Join(srv, "forge.git") + ` HEAD:refs/heads/main && echo "PUSH OK"
 ssh -F /run/claude-sandbox/ssh_config -o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no root@other.test true && echo "OTHER OK"
@@ -194,6 +195,11 @@ echo end
 		if strings.Contains(r.Stdout, bad) {
 			t.Errorf("inside: %s", bad)
 		}
+	}
+	// A tool of the sandbox in a user namespace of its own (unshare,
+	// bwrap, a nested sandbox) is the sandbox's: the agent serves it.
+	if !strings.Contains(r.Stdout, "NESTED USERNS LISTED") {
+		t.Errorf("ssh-add -L from a user namespace nested in the sandbox's lists nothing")
 	}
 	if !strings.Contains(r.Stdout, "P93 OPEN ssh-agent host forge.test:") {
 		t.Errorf("verify inside does not name the opening (P93)")

@@ -1,6 +1,10 @@
 package mounts
 
-import "testing"
+import (
+	"path"
+	"slices"
+	"testing"
+)
 
 func TestKernelCovers(t *testing.T) {
 	want := map[string]Kind{
@@ -55,6 +59,18 @@ func TestPrivate(t *testing.T) {
 	for _, c := range cases {
 		if got := Private(c.mode, c.uid, c.gid, 0, root); got != c.want {
 			t.Errorf("%s (%o %d:%d): %v, want %v", c.name, c.mode, c.uid, c.gid, got, c.want)
+		}
+	}
+}
+
+// The walk of "/" leaves alone what is walked on its own: every
+// top-level tree of PrivateTrees and KernelTrees is in RootTreeSkip (a
+// tree added to one list and not the other would be walked twice, its
+// entries counted twice against the budget).
+func TestRootTreeSkipCoversWalkedTrees(t *testing.T) {
+	for _, tree := range append(slices.Clone(PrivateTrees), KernelTrees...) {
+		if path.Dir(tree) == "/" && !slices.Contains(RootTreeSkip, path.Base(tree)) {
+			t.Errorf("%s is walked on its own but not in RootTreeSkip", tree)
 		}
 	}
 }

@@ -424,7 +424,8 @@ func hideSockets(view []mounts.Op, h Host, allow []string) (ops, sockDirs []moun
 			cands = append(cands, t)
 		}
 	}
-	aliases := hostAliases(h)
+	table := mountTable(h) // read once: the aliases and socketDirs ask it
+	aliases := hostAliases(table)
 	dirs := map[string]string{} // resolved directories: sockets share a few
 	// sweep resolves the host directory d once and, where it shows in the
 	// view, adds every socket in it; it returns the resolved path ("" when
@@ -507,11 +508,9 @@ func hideSockets(view []mounts.Op, h Host, allow []string) (ops, sockDirs []moun
 		ops = append(ops, mounts.Op{Kind: mounts.MaskSocket, Dst: m})
 	}
 	var below []string // host mount points, for socketDirs
-	if ml, ok := h.(MountLister); ok {
-		if table, err := ml.Mounts(); err == nil {
-			for _, m := range table {
-				below = append(below, m.Point)
-			}
+	if len(masks) > 0 {
+		for _, m := range table {
+			below = append(below, m.Point)
 		}
 	}
 	return append(ops, backs...), socketDirs(view, masks, below), warnings, nil
@@ -609,17 +608,25 @@ func ParseMountinfo(s string) []HostMount {
 	return out
 }
 
+// mountTable is h's mount table; nil when h cannot list it.
+func mountTable(h Host) []HostMount {
+	ml, ok := h.(MountLister)
+	if !ok {
+		return nil
+	}
+	table, err := ml.Mounts()
+	if err != nil {
+		return nil
+	}
+	return table
+}
+
 // hostAliases returns a function giving every host path at which the
 // (resolved) host path p shows: p itself, and the same file through each
 // other mount of its filesystem that includes it and is not covered by a
-// mount on top. The mount table is read once.
-func hostAliases(h Host) func(string) []string {
-	ml, ok := h.(MountLister)
-	if !ok {
-		return func(p string) []string { return []string{p} }
-	}
-	table, err := ml.Mounts()
-	if err != nil || len(table) == 0 {
+// mount on top (table: the host's mount table, see mountTable).
+func hostAliases(table []HostMount) func(string) []string {
+	if len(table) == 0 {
 		return func(p string) []string { return []string{p} }
 	}
 	// top returns the index of the mount that shows p: the deepest mount
@@ -675,7 +682,7 @@ func (p *Plan) ShownAt(hostPath string) []string {
 		return []string{hostPath}
 	}
 	var out []string
-	for _, a := range hostAliases(h)(r) {
+	for _, a := range hostAliases(mountTable(h))(r) {
 		for _, at := range showsAt(p.Mounts, a) {
 			if !contains(out, at) {
 				out = append(out, at)

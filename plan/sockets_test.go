@@ -343,3 +343,23 @@ func TestSocketDirsRules(t *testing.T) {
 		t.Errorf("socketDirs = %v, want %v", got, want)
 	}
 }
+
+// countingHost is the real host, counting its mount table's reads.
+type countingHost struct {
+	OSHost
+	reads *int
+}
+
+func (h countingHost) Mounts() ([]HostMount, error) { *h.reads++; return h.OSHost.Mounts() }
+
+// A plan reads the host's mount table once: the socket masks' aliases and
+// the socket directories both ask it (it was read twice per launch).
+func TestPlanReadsMountTableOnce(t *testing.T) {
+	reads := 0
+	if _, err := Build(Options{Command: []string{"true"}, Host: countingHost{reads: &reads}}); err != nil {
+		t.Fatal(err)
+	}
+	if reads != 1 {
+		t.Errorf("the host's mount table was read %d times for one plan, want 1", reads)
+	}
+}

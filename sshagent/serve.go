@@ -71,10 +71,10 @@ type Server struct {
 
 // SetSandboxNS makes the agent serve only peers in the user namespace f
 // names (readlink /proc/PID/ns/user of the sandbox's init; "" while it
-// is not known, when every peer is refused). The socket's directory is
-// in the host's $TMPDIR: a sandbox that sees it (--bind /tmp) reaches
-// the sockets of launchers started after it, and each sandbox has a
-// user namespace of its own.
+// is not known, when every peer is refused) or in one nested in it (see
+// inUserNS). The socket's directory is in the host's $TMPDIR: a sandbox
+// that sees it (--bind /tmp) reaches the sockets of launchers started
+// after it, and each sandbox has a user namespace of its own.
 func (s *Server) SetSandboxNS(f func() string) {
 	s.mu.Lock()
 	s.sandboxNS = f
@@ -94,8 +94,37 @@ func (s *Server) peerAllowed(c net.Conn) bool {
 	if want == "" || pid <= 0 {
 		return false
 	}
-	got, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/user")
-	return err == nil && got == want
+	return inUserNS(pid, want)
+}
+
+// inUserNS reports whether pid's user namespace is want (as readlink
+// names it) or one nested in it: a tool of the sandbox that makes a user
+// namespace of its own (unshare, bwrap, a nested sandbox) is still the
+// sandbox, and no other sandbox's process can enter a namespace nested
+// in it (setns into a user namespace needs capabilities there, which
+// only processes of the sandbox and the caller's own on the host hold). The parents are asked of the
+// kernel (NS_GET_PARENT) up to the launcher's own namespace, past which
+// it refuses (EPERM); namespaces nest at most 32 deep.
+func inUserNS(pid int, want string) bool {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	for range 33 {
+		got, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		if err == nil && got == want {
+			unix.Close(fd)
+			return true
+		}
+		parent, err := unix.IoctlRetInt(fd, unix.NS_GET_PARENT)
+		unix.Close(fd)
+		if err != nil {
+			return false
+		}
+		fd = parent
+	}
+	unix.Close(fd)
+	return false
 }
 
 // MaxConns bounds the sandbox's connections to the agent open at once

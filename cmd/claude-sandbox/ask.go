@@ -36,10 +36,10 @@ ssh, the host and the key). Answer with claude-sandbox approve REQ or claude-san
 const approveHelp = `Usage: claude-sandbox approve REQ [--once|--session|--always]
        claude-sandbox deny REQ
 
-Answers request REQ (as claude-sandbox requests lists it: N, or ID/N;
-N alone only while one sandbox runs in the ask mode). approve lets the held connection(s) go:
---session (the default) adds the destination to the sandbox's reach for
-its life, as claude-sandbox allow does (a name with its port, an address
+Answers request REQ (ID/N, as the notice names it; N alone only while
+one of your sandboxes runs in the ask mode). approve lets the held
+connection(s) go: --session (the default) adds the destination to the
+sandbox's reach for its life, as claude-sandbox allow does (a name with its port, an address
 with every port, a host port); --once lets only the connections held for
 it go, and the next one asks again; --always is --session, and stores the
 approval for later sandboxes. deny refuses the held connections (the
@@ -109,8 +109,14 @@ func askNotice(who string, r ask.Request) string {
 		// "asks for an ssh signature for HOST with key SHA256:..."
 		verb = "asks for an ssh"
 	}
-	return fmt.Sprintf("claude-sandbox: %s %s %s: claude-sandbox approve %d (or deny %d; refused in %s)%s",
-		who, verb, escapeReport(r.What()), r.ID, r.ID, r.Expires.Sub(r.Since).Round(time.Second), proc)
+	// ID/N: the number alone is refused while another of the caller's
+	// sandboxes runs in the ask mode (see approveMain).
+	req := strconv.Itoa(r.ID)
+	if r.Sandbox != "" {
+		req = r.Sandbox + "/" + req
+	}
+	return fmt.Sprintf("claude-sandbox: %s %s %s: claude-sandbox approve %s (or deny %s; refused in %s)%s",
+		who, verb, escapeReport(r.What()), req, req, r.Expires.Sub(r.Since).Round(time.Second), proc)
 }
 
 // processQuoted names a request's process as the notice does: its pid,
@@ -307,7 +313,7 @@ func approveMain(verb string, args []string, stdout, stderr io.Writer) int {
 			for _, id := range asking {
 				ids = append(ids, id+"/"+num)
 			}
-			fmt.Fprintf(stderr, "claude-sandbox %s: %d sandboxes run in the ask mode: name the sandbox, %s (the notice's sandbox; claude-sandbox requests lists them)\n", verb, len(asking), strings.Join(ids, " or "))
+			fmt.Fprintf(stderr, "claude-sandbox %s: %d sandboxes run in the ask mode: name the sandbox, %s (as the notice does; claude-sandbox requests lists them)\n", verb, len(asking), strings.Join(ids, " or "))
 			return 1
 		}
 		switch len(sandboxes) {

@@ -49,6 +49,19 @@ func TestAskNotice(t *testing.T) {
 	}
 }
 
+// The notice names the request as ID/N when it knows its sandbox: the
+// number alone is refused while two sandboxes run in the ask mode (see
+// TestApproveNumberAloneWithTwoSandboxes), so the command the notice
+// gives must name the sandbox to be the one that answers it.
+func TestAskNoticeNamesSandbox(t *testing.T) {
+	now := time.Now()
+	r := ask.Request{ID: 7, Sandbox: "k7qz2mna", Proto: "tcp", Name: "pypi.org", Port: 443, Kind: "name", Since: now, Expires: now.Add(30 * time.Second)}
+	want := "claude-sandbox: Claude asks to reach pypi.org:443: claude-sandbox approve k7qz2mna/7 (or deny k7qz2mna/7; refused in 30s)"
+	if got := askNotice("Claude", r); got != want {
+		t.Errorf("notice %q, want %q", got, want)
+	}
+}
+
 // approve refuses two scopes, and a request that is not a number.
 func TestApproveUsage(t *testing.T) {
 	for _, args := range [][]string{

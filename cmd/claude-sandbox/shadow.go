@@ -287,9 +287,6 @@ func changeLog(now string, changes []shadow.Change, limit int) []byte {
 	return out
 }
 
-// escapeReport shows a session-chosen string on the terminal: as it is
-// when every rune is printable (and no quote or backslash could make it
-// read as an escaped one), else Go-quoted (\x1b, \n, \u202e visible).
 // safeText escapes, in a message the launcher prints, every rune that is
 // not printable (an escape sequence, a carriage return, a bidi control)
 // but newlines and tabs: messages name paths a session chose (a gitdir
@@ -324,6 +321,9 @@ func safeText(s string) string {
 	return b.String()
 }
 
+// escapeReport shows a session-chosen string on the terminal: as it is
+// when every rune is printable (and no quote or backslash could make it
+// read as an escaped one), else Go-quoted (\x1b, \n, \u202e visible).
 func escapeReport(s string) string {
 	for _, r := range s {
 		if r == utf8.RuneError || !unicode.IsPrint(r) || r == '"' || r == '\\' {
