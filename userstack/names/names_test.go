@@ -60,3 +60,19 @@ func TestNamesPool(t *testing.T) {
 		t.Fatal("an address never handed out maps to a name")
 	}
 }
+
+// TestNamesAttachOnce: a names side serves one stack; a second stack
+// attaching it is refused (two stacks would share one pool and cache
+// while each thinks it owns their workers and records).
+func TestNamesAttachOnce(t *testing.T) {
+	n, err := New(Config{Rules: fakeRules{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Attach(Deps{}); err != nil {
+		t.Fatalf("first attach: %v", err)
+	}
+	if err := n.Attach(Deps{}); err == nil {
+		t.Fatal("second attach accepted")
+	}
+}
