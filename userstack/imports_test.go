@@ -1,10 +1,15 @@
 package userstack
 
 import (
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+
+	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 )
 
 // TestRelayImports: the relay (this package, without its tests) depends
@@ -32,5 +37,21 @@ func TestRelayImports(t *testing.T) {
 		if deps[mod+p] {
 			t.Errorf("the relay (package userstack) imports %s", p)
 		}
+	}
+}
+
+// TestNamesOneStack: the names side the embedder builds serves one stack;
+// a second stack given the same one refuses to start (both would spawn
+// its lookups and record its blocks, and the first one's Close would end
+// the second one's lookups).
+func TestNamesOneStack(t *testing.T) {
+	n := newNames(t, NameConfig{Rules: fakeRules{allow: map[string][]uint16{"api.test": nil}}})
+	h := &harness{blocks: &blocks{}}
+	h.start(t, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), VirtualDNS: []netip.Addr{dns4}, Names: n})
+	ep := channel.New(64, 65520, "")
+	defer ep.Close()
+	if st, err := New(ep, Config{Policy: netpolicy.MustNew(netpolicy.Config{}), VirtualDNS: []netip.Addr{dns4}, Names: n}); err == nil {
+		st.Close()
+		t.Fatal("a second stack took the names side of the first")
 	}
 }
