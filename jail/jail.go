@@ -211,6 +211,12 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		return err
 	}
 	j.sink = sinkDev
+	nameSvc, err := j.nameService()
+	if err != nil {
+		sinkDev.Close()
+		conn.Close()
+		return err
+	}
 	devs := files[:netchild.FileSink+1]
 	ep := userstack.NewTUN(devs[0], uint32(routes.DefaultMTU), netchild.VnetHdrLen, func(err error) {
 		j.fail(fmt.Errorf("TUN device: %w", err))
@@ -234,7 +240,7 @@ func (j *Jail) attach(files []*os.File, reply []byte) error {
 		OnEvict:        j.recordEvict,
 		MaxRelayMemory: j.opts.MaxRelayMemory,
 		UDPIdleTimeout: j.opts.UDPIdleTimeout,
-		Names:          j.nameConfig(),
+		Names:          nameSvc,
 		Logf:           logf(j.opts.Logger),
 		IPv6Ready:      j.ipv6Ready(),
 	})

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
-	"github.com/claude-sandbox/claude-sandbox/userstack"
+	"github.com/claude-sandbox/claude-sandbox/userstack/names"
 )
 
 // With a domain allowlist every host resolver sits behind the stack's own
@@ -78,5 +78,5 @@ func TestPrepareNames(t *testing.T) {
 			t.Errorf("%v/%v: %v, want %q", c.allow, c.deny, err, c.want)
 		}
 	}
-	_ = userstack.DefaultPool4
+	_ = names.DefaultPool4
 }

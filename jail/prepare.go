@@ -12,7 +12,7 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/mounts"
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/routes"
-	"github.com/claude-sandbox/claude-sandbox/userstack"
+	usnames "github.com/claude-sandbox/claude-sandbox/userstack/names"
 )
 
 // TUN is the jail's TUN link name inside its namespace.
@@ -64,7 +64,7 @@ type Setup struct {
 	// Names is the domain allowlist the userstack enforces (nil: none,
 	// the internet is open); AllowDomains and DenyDomains are the
 	// entries it was built from, as given (presets unexpanded).
-	Names        *userstack.NameConfig
+	Names        *usnames.Config
 	AllowDomains []string
 	DenyDomains  []string
 
@@ -164,11 +164,11 @@ func PrepareNames(facts HostFacts, allow []netip.Prefix, allowDomains, denyDomai
 		// the kernel routes (a host route into the benchmarking range
 		// would otherwise send them to the sink); the stack decides
 		// every flow to them by name before the policy sees it.
-		policyAllow = append(slices.Clone(allow), userstack.DefaultPool4)
+		policyAllow = append(slices.Clone(allow), usnames.DefaultPool4)
 		if s.Addr6.IsValid() {
-			policyAllow = append(policyAllow, userstack.DefaultPool6)
+			policyAllow = append(policyAllow, usnames.DefaultPool6)
 		}
-		s.Names = &userstack.NameConfig{Rules: names, NoIPv6: !s.Addr6.IsValid()}
+		s.Names = &usnames.Config{Rules: names, NoIPv6: !s.Addr6.IsValid()}
 	}
 	s.policyCfg = netpolicy.Config{ConnectedSubnets: facts.Connected, HostRoutes: facts.Routed, ViaDefault: facts.ViaDefault, Internet: slices.Clone(facts.Internet), NAT64: facts.NAT64, Allow: policyAllow, DNSResolvers: routable}
 	s.routesCfg = routes.Config{TUN: TUN, Sink: SinkDevice, Addr4: s.Addr4, Addr6: s.Addr6}

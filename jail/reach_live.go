@@ -11,6 +11,7 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack"
+	"github.com/claude-sandbox/claude-sandbox/userstack/names"
 )
 
 // Reach changed while the sandbox runs (claude-sandbox allow / revoke,
@@ -44,9 +45,23 @@ type reachState struct {
 	log                 []string // for the exit summary
 }
 
-// nameConfig returns the userstack's name configuration: the setup's,
-// with rules that allow and revoke can change.
-func (j *Jail) nameConfig() *userstack.NameConfig {
+// nameService builds the userstack's names side (package names; nil
+// when the domain allowlist is off) from nameConfig.
+func (j *Jail) nameService() (userstack.NameService, error) {
+	nc := j.nameConfig()
+	if nc == nil {
+		return nil, nil
+	}
+	n, err := names.New(*nc)
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// nameConfig returns the names side's configuration: the setup's, with
+// rules that allow and revoke can change.
+func (j *Jail) nameConfig() *names.Config {
 	if j.setup.Names == nil {
 		return nil
 	}
@@ -101,7 +116,7 @@ func (j *Jail) ReachEntries() (allowed, revoked []string) {
 func (j *Jail) launchAllow() []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range j.setup.policyCfg.Allow {
-		if p != userstack.DefaultPool4 && p != userstack.DefaultPool6 {
+		if p != names.DefaultPool4 && p != names.DefaultPool6 {
 			out = append(out, p)
 		}
 	}

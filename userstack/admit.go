@@ -2,10 +2,11 @@ package userstack
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
-	"github.com/claude-sandbox/claude-sandbox/userstack/names"
+	"github.com/claude-sandbox/claude-sandbox/userstack/relayapi"
 )
 
 // The stack's side of package admission: the admitter is built from the
@@ -45,29 +46,49 @@ func (st *Stack) record(proto netpolicy.Proto, dst netip.AddrPort, d admission.D
 	}
 }
 
-// The domain allowlist's names side (package userstack/names), as the
-// stack's configuration names it.
-type (
-	// NameConfig turns the domain allowlist on (Config.Names).
-	NameConfig = names.Config
-	// NameRules is the domain allowlist the stack enforces; a
-	// *netpolicy.Domains is one.
-	NameRules = names.Rules
-)
-
-// The synthetic address pools (see package names) and the first bytes'
-// wait.
-var (
-	DefaultPool4 = names.DefaultPool4
-	DefaultPool6 = names.DefaultPool6
-)
-
-// DefaultPeekTimeout: see names.DefaultPeekTimeout.
-const DefaultPeekTimeout = names.DefaultPeekTimeout
+// NameService is the domain allowlist's names side the stack is given
+// (Config.Names): the synthetic address pool, the rules, the host-side
+// resolver's cache and the DNS server the sandbox's resolv.conf names,
+// and the first-bytes inspection of a TCP flow to a name. Package
+// userstack/names implements it (names.New); the stack knows it only
+// through this interface and package relayapi's types, and imports
+// neither names nor inspect.
+type NameService interface {
+	// The admitter's view (InPool, NameOf, Allow, Cached, Background,
+	// Lookup).
+	admission.Names
+	// Attach gives the service what it needs of the stack; New calls it
+	// once, before any flow. It fails for a service attached already.
+	Attach(relayapi.Deps) error
+	// ServeUDP answers a DNS query the sandbox sent to a virtual
+	// resolver address (from the sandbox's from to to), on the event
+	// loop: it must not block.
+	ServeUDP(from, to netip.AddrPort, payload [][]byte)
+	// StartTCP serves a TCP connection to a virtual resolver address:
+	// the descriptor the relay reads and writes as the flow's host
+	// socket.
+	StartTCP(to netip.AddrPort) (fd int, err error)
+	// Addr returns the synthetic address handed out for name (IPv6 when
+	// v6), if there is one.
+	Addr(name string, v6 bool) (netip.Addr, bool)
+	// Pool4 is the IPv4 synthetic pool.
+	Pool4() netip.Prefix
+	// PeekTimeout is how long a TCP flow to a name waits for its first
+	// bytes before it is let through (and watched).
+	PeekTimeout() time.Duration
+	// FirstBytesMax bounds the first bytes a flow to a name holds
+	// before they are decided.
+	FirstBytesMax() int
+	// NewPeek and NewWatch start the first-bytes decision of a flow to
+	// name (peek.go) and the watch of one let through before its first
+	// message was seen (peekwatch.go, first: what it sent so far).
+	NewPeek(name string, waitMax time.Duration) relayapi.Peek
+	NewWatch(name string, first []byte) relayapi.Watch
+}
 
 // nameDeps is the stack's side of the names' dependencies.
-func (st *Stack) nameDeps() names.Deps {
-	d := names.Deps{
+func (st *Stack) nameDeps() relayapi.Deps {
+	d := relayapi.Deps{
 		Ctx:  st.ctx,
 		Now:  st.cfg.Now,
 		Logf: st.cfg.Logf,

@@ -141,7 +141,7 @@ func TestNamesDeferredDialsCappedDialer(t *testing.T) {
 		Now:            h.clock.now,
 		DialTimeout:    time.Second,
 		MaxInFlight:    capFlows,
-		Names:          &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"void.test": nil, "ok.test": nil}}, PeekTimeout: 20 * time.Millisecond},
+		Names:          newNames(t, NameConfig{Rules: fakeRules{allow: map[string][]uint16{"void.test": nil, "ok.test": nil}}, PeekTimeout: 20 * time.Millisecond}),
 	})
 	nh := &namesHarness{harness: h, zone: z}
 	void := netip.AddrPortFrom(resolveName(t, nh, "void.test"), 443)

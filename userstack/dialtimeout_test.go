@@ -77,7 +77,7 @@ func TestNamesDeferredDialTimeoutDialer(t *testing.T) {
 		UDPIdleTimeout: time.Minute,
 		Now:            h.clock.now,
 		DialTimeout:    deferredDialTimeout,
-		Names:          &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"void.test": nil}}, PeekTimeout: 20 * time.Millisecond},
+		Names:          newNames(t, NameConfig{Rules: fakeRules{allow: map[string][]uint16{"void.test": nil}}, PeekTimeout: 20 * time.Millisecond}),
 	})
 	deferredDialResets(t, &namesHarness{harness: h, zone: z}, "void.test")
 }
@@ -130,7 +130,7 @@ func startNamesOwnSocket(t *testing.T, addrs map[string]netip.Addr, dialTimeout 
 		Now:            h.clock.now,
 		DialTimeout:    dialTimeout,
 		MaxInFlight:    maxInFlight,
-		Names:          &NameConfig{Rules: fakeRules{allow: allow}, PeekTimeout: peek},
+		Names:          newNames(t, NameConfig{Rules: fakeRules{allow: allow}, PeekTimeout: peek}),
 	})
 	return &namesHarness{harness: h, zone: z}
 }

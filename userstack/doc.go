@@ -87,8 +87,10 @@
 // caller supplies a stack.LinkEndpoint: [TUN] in production,
 // channel.Endpoint in tests), does not install kernel routes (package
 // routes), and without Config.Names it neither resolves names nor filters
-// by host name. With Config.Names (the domain allowlist: packages
-// userstack/names and userstack/inspect, peek.go) it answers the sandbox's DNS itself with synthetic addresses,
+// by host name. With Config.Names (the domain allowlist: a [NameService]
+// the embedder builds with package userstack/names, whose first-bytes
+// decisions are package userstack/inspect's; peek.go) it answers the
+// sandbox's DNS through it with synthetic addresses,
 // decides flows by name and port, checks a TCP flow's TLS SNI or HTTP
 // Host before relaying a byte of it (the host is dialed at the SYN, as
 // for an address), and refuses the open internet. IPv4
@@ -120,9 +122,23 @@
 // ask mode's hold (ask.go), the allowed-flow
 // and flow-end hooks for the audit log (flowhook.go), and the
 // thin stack-facing side of the packages below (admit.go, blocklog.go,
-// publish.go, sniffhook.go).
+// publish.go).
+//
+// The relay knows nothing of names, DNS or TLS (issue 34): it imports
+// admission, relayapi, blocklog and inbound below, and not names,
+// inspect or sniff (TestRelayImports holds it to that). The names side
+// comes in as Config.Names, a [NameService] built by the embedder (the
+// jail: names.New), and is handed what it needs of the stack when the
+// stack starts (Attach with a relayapi.Deps); a flow to a name's first
+// bytes are decided by the Peek and Watch it hands out, which the relay
+// drives by package relayapi's verdicts.
 //
 // Beside it, importing none of it:
+//   - [github.com/claude-sandbox/claude-sandbox/userstack/relayapi]: the
+//     types between the relay and what is plugged into it: the names
+//     side's dependencies on the stack (Deps), the first-bytes verdicts
+//     and the Peek and Watch interfaces. Types only; names and inspect
+//     import it, the relay imports it.
 //   - [github.com/claude-sandbox/claude-sandbox/userstack/admission]: the
 //     one admission point: Admit(proto, src, dst) decides every new flow
 //     (refuse with a typed kind, dial, wait on the IPv6 gate, inspect a
@@ -134,16 +150,19 @@
 //     domain allowlist's names: the synthetic address pool, the host-side
 //     resolver's cache (single flight, background lookups) and the DNS
 //     server the sandbox's resolv.conf names, with no pointer to the
-//     stack (its dependencies come as funcs: clock, logger, a bounded
-//     worker spawner, the block recorder, the UDP writer).
+//     stack (its dependencies come as funcs when the stack attaches it:
+//     clock, logger, a bounded worker spawner, the block recorder, the
+//     UDP writer); it implements [NameService], the first-bytes part
+//     with inspect. The embedder imports it, the relay does not.
 //   - [github.com/claude-sandbox/claude-sandbox/userstack/sniff]: what a
 //     flow's first bytes claim (a ClientHello's SNI, an HTTP request's
 //     Host); pure, fuzzed parsers.
 //   - [github.com/claude-sandbox/claude-sandbox/userstack/inspect]: the
 //     decision on those bytes for a flow to a name (allow, refuse with a
 //     reason, need more), the wait before the host is written anything and
-//     the watch after a timeout, as a pure state machine the stack drives
-//     (bytes and time waited in, verdicts out).
+//     the watch after a timeout, as a pure state machine (bytes and time
+//     waited in, relayapi's verdicts out) the stack drives through the
+//     Peek and Watch the names side hands out.
 //   - [github.com/claude-sandbox/claude-sandbox/userstack/blocklog]: the
 //     bounded, rate-limited queue block and eviction records take from the
 //     event loop to Config.OnBlock and Config.OnEvict.

@@ -430,7 +430,7 @@ func TestNamesWatchPartialTake(t *testing.T) {
 		UDPIdleTimeout: time.Minute,
 		Now:            h.clock.now,
 		MaxRelayMemory: budget,
-		Names:          &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"api.test": nil, "other.test": nil}}, PeekTimeout: 20 * time.Millisecond},
+		Names:          newNames(t, NameConfig{Rules: fakeRules{allow: map[string][]uint16{"api.test": nil, "other.test": nil}}, PeekTimeout: 20 * time.Millisecond}),
 	})
 	nh := &namesHarness{harness: h, zone: z}
 	z.addA("api.test", "203.0.113.10")

@@ -137,7 +137,7 @@ func newStallHarness(t *testing.T, rules map[string][]uint16, stall ...string) (
 		Upstreams:      []netip.AddrPort{upstream},
 		UDPIdleTimeout: time.Minute,
 		Now:            h.clock.now,
-		Names:          &NameConfig{Rules: fakeRules{allow: rules}},
+		Names:          newNames(t, NameConfig{Rules: fakeRules{allow: rules}}),
 	})
 	return &namesHarness{harness: h, zone: d.zoneDialer}, d
 }
@@ -297,7 +297,7 @@ func TestNamesSyntheticTableIsBounded(t *testing.T) {
 		}
 		h.query(t, "n"+itoa(i)+".wild.test.", typ)
 	}
-	held, addrs := h.st.names.Held()
+	held, addrs := h.st.names.(*names.Names).Held()
 	t.Logf("names held %d, addresses %d, after %d names asked", held, addrs, asked)
 	if held > names.MaxNames || addrs > 2*names.MaxNames {
 		t.Fatalf("%d names, %d synthetic addresses held after %d names asked, want at most %d names", held, addrs, asked, names.MaxNames)
@@ -334,7 +334,7 @@ func TestNamesCacheKeepsFewAddressesPerName(t *testing.T) {
 			t.Fatalf("%s: %v %v", name, m.Header.RCode, m.Answers)
 		}
 	}
-	most := h.st.names.MostCached()
+	most := h.st.names.(*names.Names).MostCached()
 	t.Logf("at most %d addresses cached for a name", most)
 	if most == 0 || most > names.MaxCachedAddrs {
 		t.Fatalf("%d addresses cached for a name, want 1 to %d", most, names.MaxCachedAddrs)

@@ -19,7 +19,29 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
+	"github.com/claude-sandbox/claude-sandbox/userstack/names"
 )
+
+// The names side the tests give their stacks (package names: the stack
+// itself does not import it).
+type NameConfig = names.Config
+
+var (
+	DefaultPool4 = names.DefaultPool4
+	DefaultPool6 = names.DefaultPool6
+)
+
+// newNames builds the names side of a test's stack (Config.Names).
+func newNames(t testing.TB, nc NameConfig) NameService {
+	t.Helper()
+	n, err := names.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+var _ NameService = (*names.Names)(nil)
 
 // fakeRules allows the names listed (exact), on every port unless ports
 // names some; "*.x" entries allow strict subdomains of x.
@@ -250,7 +272,7 @@ func newNamesHarnessWith(t *testing.T, rules map[string][]uint16, nc NameConfig,
 		Upstreams:      []netip.AddrPort{upstream},
 		UDPIdleTimeout: time.Minute,
 		Now:            h.clock.now,
-		Names:          &nc,
+		Names:          newNames(t, nc),
 	}
 	if edit != nil {
 		edit(&cfg)
@@ -731,7 +753,7 @@ func TestNamesPoolNAT64FormRefused(t *testing.T) {
 		VirtualDNS: []netip.Addr{dns4},
 		Upstreams:  []netip.AddrPort{upstream},
 		Now:        h.clock.now,
-		Names:      &NameConfig{Rules: fakeRules{allow: map[string][]uint16{"api.test": nil}}},
+		Names:      newNames(t, NameConfig{Rules: fakeRules{allow: map[string][]uint16{"api.test": nil}}}),
 	})
 	src := netip.AddrPortFrom(jail6, 47000)
 	dst := netip.MustParseAddrPort("[64:ff9b::198.18.0.1]:443")

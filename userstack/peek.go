@@ -5,7 +5,7 @@ import (
 
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
-	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
+	"github.com/claude-sandbox/claude-sandbox/userstack/relayapi"
 )
 
 // First bytes, for TCP flows to names (package names).
@@ -28,8 +28,10 @@ import (
 // host: the connected host socket is written nothing (pend, which the
 // relay fills when the host socket is full, holds what the sandbox sends;
 // pendWaiting without EPOLLOUT interest) until the sandbox's first bytes,
-// at most peekMax of them (the window past them is not acknowledged), are
-// decided by package userstack/inspect (its doc lists the verdicts: the
+// at most st.peekMax of them (Config.Names' FirstBytesMax; the window
+// past them is not acknowledged), are decided by the relayapi.Peek the
+// names side hands out (Config.Names.NewPeek: package userstack/inspect's,
+// whose doc lists the verdicts: the
 // SNI of a ClientHello or the Host of an HTTP request must be the flow's
 // name; other protocols are allowed; malformed, oversized or cleartext
 // HTTP/2 first messages are refused). A refusal resets the sandbox's
@@ -60,11 +62,11 @@ import (
 var peekWaitMax = 10 * time.Second
 
 // peekState is a flow's deferred dial, while it lasts (tcpFlow.peek):
-// the stack's side of an inspect.Peek (the decision), its timer and the
+// the stack's side of a relayapi.Peek (the decision), its timer and the
 // flow it acts on.
 type peekState struct {
 	f       *tcpFlow
-	in      inspect.Peek // its name: in.Name()
+	in      relayapi.Peek // its name: in.Name()
 	timer   loopTimer
 	armed   bool
 	started time.Time
@@ -85,18 +87,18 @@ func (p *peekState) timerFired(*loopTimer) {
 	}
 	d, watch := p.in.Timeout(held, time.Since(p.started))
 	p.act(d, watch)
-	if d.Verdict == inspect.NeedMore {
+	if d.Verdict == relayapi.NeedMore {
 		p.arm(f.st.names.PeekTimeout())
 	}
 }
 
 // act does what the first bytes decided: watch, an allowed flow let
 // through before its first message was seen (peekwatch.go).
-func (p *peekState) act(d inspect.Decision, watch bool) {
+func (p *peekState) act(d relayapi.Decision, watch bool) {
 	switch d.Verdict {
-	case inspect.Refuse:
+	case relayapi.Refuse:
 		p.refuse(d.Rule)
-	case inspect.Allow:
+	case relayapi.Allow:
 		if watch {
 			p.f.startWatch(p.in.Name())
 		}
@@ -131,7 +133,7 @@ func (p *peekState) arm(d time.Duration) {
 // newPeek is the first-bytes state of a new flow to name (before it is
 // filed: no lock).
 func newPeek(f *tcpFlow, name string) *peekState {
-	p := &peekState{f: f, in: inspect.NewPeek(name, peekWaitMax)}
+	p := &peekState{f: f, in: f.st.names.NewPeek(name, peekWaitMax)}
 	p.timer = newLoopTimer(p)
 	return p
 }
@@ -195,10 +197,10 @@ func (f *tcpFlow) peekEstablished() {
 }
 
 // rcvRoom is how much more of the sandbox's data the flow buffers: while
-// it peeks, up to peekMax.
+// it peeks, up to st.peekMax.
 func (f *tcpFlow) rcvRoom() int {
 	if f.peek != nil && !f.peek.done {
-		return max(0, peekMax-f.pendLen)
+		return max(0, f.st.peekMax-f.pendLen)
 	}
 	return tcpRcvBuf - f.pendLen
 }

@@ -2,7 +2,7 @@ package userstack
 
 import (
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
-	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
+	"github.com/claude-sandbox/claude-sandbox/userstack/relayapi"
 )
 
 // Watching a flow dialed before its first message was seen (peek.go).
@@ -21,17 +21,20 @@ import (
 // is relayed as for any flow.
 
 // flowWatch is a dialed flow's first bytes, while they are not decided
-// (tcpFlow.watch): an inspect.Watch, and what its bytes hold of the
+// (tcpFlow.watch): a relayapi.Watch, and what its bytes hold of the
 // relay's memory budget.
 type flowWatch struct {
-	*inspect.Watch
+	relayapi.Watch
 	cost int
+	// parts holds Segment's arguments: on the stack they would escape,
+	// through the interface, once a segment.
+	parts [4][]byte
 }
 
 // startWatch begins watching a flow the peek timeout dials (called with
 // mu; pend holds what the sandbox sent so far).
 func (f *tcpFlow) startWatch(name string) {
-	f.watch = &flowWatch{Watch: inspect.NewWatch(name, f.pendBytes()), cost: f.st.memTake(f.pendLen)}
+	f.watch = &flowWatch{Watch: f.st.names.NewWatch(name, f.pendBytes()), cost: f.st.memTake(f.pendLen)}
 }
 
 // watchData checks take bytes of a segment, from skip on, with the
@@ -47,8 +50,9 @@ func (f *tcpFlow) watchData(data [][]byte, skip, take int) bool {
 		return false // the sandbox sends it again
 	}
 	w.cost += grant
-	var small [4][]byte
-	if d := w.Segment(cutSlices(small[:0], data, skip, add)...); d.Verdict == inspect.Refuse {
+	d := w.Segment(cutSlices(w.parts[:0], data, skip, add)...)
+	clear(w.parts[:]) // the segment's buffers are not kept past it
+	if d.Verdict == relayapi.Refuse {
 		f.st.blockName(netpolicy.ProtoTCP, f.key.dst, w.Name(), d.Rule)
 		f.endWatch()
 		f.refuseFirstBytes()

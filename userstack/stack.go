@@ -26,7 +26,6 @@ import (
 	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack/admission"
 	"github.com/claude-sandbox/claude-sandbox/userstack/blocklog"
-	"github.com/claude-sandbox/claude-sandbox/userstack/names"
 )
 
 // Dialer opens host-side connections, for an embedder that needs its own
@@ -183,10 +182,11 @@ type Config struct {
 	// Pinger proxies ICMP echo to allowed destinations; nil leaves them
 	// unanswered (ping shows loss while TCP and UDP work).
 	Pinger Pinger
-	// Names, when set, turns the domain allowlist on (package names): the
-	// stack answers DNS at VirtualDNS itself, hands out synthetic
-	// addresses for allowed names, and refuses the open internet.
-	Names *NameConfig
+	// Names, when set, turns the domain allowlist on: the stack answers
+	// DNS at VirtualDNS through it, it hands out synthetic addresses for
+	// allowed names, and the open internet is refused. Build it with
+	// package userstack/names (names.New); it serves one stack.
+	Names NameService
 	// IPv6Ready, when set, is asked before a flow to an IPv6 destination
 	// that the policy allows leaves for the host (a TCP dial, a UDP
 	// mapping's first datagram to a destination, a proxied echo; a name's
@@ -253,7 +253,8 @@ type Stack struct {
 	tcpLive      atomic.Int32 // len(tcp), for the flows' shares
 
 	heldUDP   atomic.Int32        // datagrams held for the IPv6 gate (ready6.go)
-	names     *names.Names        // the domain allowlist, nil when off (package names)
+	names     NameService         // the domain allowlist, nil when off (Config.Names)
+	peekMax   int                 // names.FirstBytesMax(): the first bytes a flow to a name holds
 	adm       *admission.Admitter // the one admission point of new flows (package admission)
 	blocks    *blocklog.Log       // records on their way to OnBlock and OnEvict (blocklog.go)
 	evictions atomic.Uint64
@@ -336,13 +337,13 @@ func New(ep stack.LinkEndpoint, cfg Config) (*Stack, error) {
 	}
 	st.ctx, st.cancel = context.WithCancel(context.Background())
 	if cfg.Names != nil {
-		n, err := names.New(st.nameDeps(), *cfg.Names)
-		if err != nil {
+		if err := cfg.Names.Attach(st.nameDeps()); err != nil {
 			st.cancel()
 			s.Close()
 			return nil, err
 		}
-		st.names = n
+		st.names = cfg.Names
+		st.peekMax = cfg.Names.FirstBytesMax()
 	}
 	st.adm = st.newAdmitter()
 	_, listens := cfg.Dialer.(PacketListener)

@@ -42,6 +42,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claude-sandbox/claude-sandbox/userstack/relayapi"
 	"github.com/claude-sandbox/claude-sandbox/userstack/sniff"
 )
 
@@ -54,35 +55,21 @@ const Max = max(sniff.MaxClientHello, sniff.MaxHTTPHeader)
 // section 3.4).
 const H2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-// Verdict is what a look at the first bytes decided.
-type Verdict uint8
-
-const (
-	// NeedMore: nothing decided; wait for more bytes (or the timer).
-	NeedMore Verdict = iota
-	// Allow: the flow goes on; its held bytes may be written to the host.
-	Allow
-	// Refuse: the flow is reset and the Decision's Rule recorded.
-	Refuse
+// The verdict types are package relayapi's (the relay acts on them
+// without importing this package).
+type (
+	// Verdict is what a look at the first bytes decided.
+	Verdict = relayapi.Verdict
+	// Decision is a verdict, with the reason recorded for a refusal.
+	Decision = relayapi.Decision
 )
 
-func (v Verdict) String() string {
-	switch v {
-	case NeedMore:
-		return "need more"
-	case Allow:
-		return "allow"
-	case Refuse:
-		return "refuse"
-	}
-	return "verdict(" + strconv.Itoa(int(v)) + ")"
-}
-
-// Decision is a verdict, with the reason recorded for a refusal.
-type Decision struct {
-	Verdict Verdict
-	Rule    string // Refuse only
-}
+// The verdicts.
+const (
+	NeedMore = relayapi.NeedMore
+	Allow    = relayapi.Allow
+	Refuse   = relayapi.Refuse
+)
 
 func refuse(rule string) Decision { return Decision{Verdict: Refuse, Rule: rule} }
 
@@ -354,3 +341,9 @@ func ClientHelloLeast(b []byte) int {
 		off += n
 	}
 }
+
+// The relay's view of them (package relayapi).
+var (
+	_ relayapi.Peek  = (*Peek)(nil)
+	_ relayapi.Watch = (*Watch)(nil)
+)

@@ -2,15 +2,19 @@
 // synthetic address pool (one address per name for the stack's life,
 // never reused), the host-side resolver's cache with its single flight,
 // the background lookups, and the DNS server the sandbox's resolv.conf
-// names (dns.go) with its client of the host's resolver. It holds no
-// pointer to the stack: what it needs of it comes in [Deps].
+// names (dns.go) with its client of the host's resolver; and it hands
+// the relay the first-bytes decision of each TCP flow to a name (package
+// inspect's [inspect.Peek] and [inspect.Watch]). It holds no pointer to
+// the stack: the embedder builds it ([New]) and gives it to the stack's
+// Config.Names (it is a userstack.NameService), and what it needs of the
+// stack comes in [Deps] when the stack attaches it ([Names.Attach]). The
+// stack does not import this package.
 package names
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -18,8 +22,8 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
-	"github.com/claude-sandbox/claude-sandbox/netpolicy"
 	"github.com/claude-sandbox/claude-sandbox/userstack/inspect"
+	"github.com/claude-sandbox/claude-sandbox/userstack/relayapi"
 )
 
 // The domain allowlist (issue 17): the stack decides flows by the name
@@ -99,16 +103,17 @@ type Config struct {
 // resolver's cache with its single flight, the background lookups and
 // the DNS server (dns.go). Safe for concurrent use.
 type Names struct {
-	deps  Deps
+	deps  Deps // set by Attach, before any flow
 	rules Rules
 	cfg   Config
 
-	mu     sync.Mutex
-	byName map[string]*nameEntry
-	byAddr map[netip.Addr]*nameEntry
-	next4  uint32 // offset of the next IPv4 address in Pool4
-	next6  uint64 // offset of the next IPv6 address in Pool6
-	cache  map[cacheKey]cacheEntry
+	mu       sync.Mutex
+	attached bool
+	byName   map[string]*nameEntry
+	byAddr   map[netip.Addr]*nameEntry
+	next4    uint32 // offset of the next IPv4 address in Pool4
+	next6    uint64 // offset of the next IPv6 address in Pool6
+	cache    map[cacheKey]cacheEntry
 	// lookups are the upstream lookups under way, one per name and type:
 	// whoever needs the same answer meanwhile waits for it.
 	lookups map[cacheKey]*lookupCall
@@ -118,33 +123,9 @@ type Names struct {
 	bgSlots     chan struct{} // background lookups under way (prefetch, a UDP flow to a name)
 }
 
-// Deps is what the names side takes from the stack, injected.
-type Deps struct {
-	// Ctx ends when the stack closes.
-	Ctx context.Context
-	// Now is the clock (cache expiry); Logf logs.
-	Now  func() time.Time
-	Logf func(string, ...any)
-	// Spawn runs fn on a worker the stack bounds and waits for at Close;
-	// false: the stack is closing, fn was not started.
-	Spawn func(fn func()) bool
-	// Upstream is the host's resolver (zero: none), dialed on the host
-	// side through Dialer (nil: net.Dialer).
-	Upstream netip.AddrPort
-	Dialer   interface {
-		DialContext(ctx context.Context, network, address string) (net.Conn, error)
-	}
-	// Block records a refused query or connection (name "" for none).
-	Block func(proto netpolicy.Proto, dst netip.AddrPort, name, rule string)
-	// NoteDNS tells the allowed-flow hook of an answered query.
-	NoteDNS func(proto netpolicy.Proto, to netip.AddrPort, name string, t dnsmessage.Type, rule string)
-	// WriteUDP sends a datagram to the sandbox (an answer over UDP), its
-	// payload buf[Headroom:][:n], from src to dst.
-	WriteUDP func(buf []byte, n int, src, dst netip.AddrPort) error
-	Headroom int
-	// Ask: the ask mode is on (a name off the allowlist gets an address).
-	Ask bool
-}
+// Deps is what the names side takes from the stack, given when the stack
+// attaches it ([Names.Attach]).
+type Deps = relayapi.Deps
 
 // lookupCall is one lookup upstream under way; done is closed once its
 // result is set.
@@ -199,8 +180,9 @@ const MaxBackgroundLookups = 16
 // of the cache's 4,096 entries.
 const MaxCachedAddrs = 32
 
-// New returns the names side for cfg.
-func New(deps Deps, cfg Config) (*Names, error) {
+// New returns the names side for cfg, to give the stack (its
+// Config.Names), which attaches it when it starts ([Names.Attach]).
+func New(cfg Config) (*Names, error) {
 	if cfg.Rules == nil {
 		return nil, errors.New("the egress stack's domain allowlist has no rules")
 	}
@@ -218,7 +200,7 @@ func New(deps Deps, cfg Config) (*Names, error) {
 		cfg.PeekTimeout = DefaultPeekTimeout
 	}
 	return &Names{
-		deps: deps, rules: cfg.Rules, cfg: cfg,
+		rules: cfg.Rules, cfg: cfg,
 		byName:      map[string]*nameEntry{},
 		byAddr:      map[netip.Addr]*nameEntry{},
 		cache:       map[cacheKey]cacheEntry{},
@@ -227,6 +209,20 @@ func New(deps Deps, cfg Config) (*Names, error) {
 		dnsTCPSlots: make(chan struct{}, MaxDNSTCPConns),
 		bgSlots:     make(chan struct{}, MaxBackgroundLookups),
 	}, nil
+}
+
+// Attach gives n what it needs of the stack that serves it (the stack
+// calls it once, when it starts, before any flow). A Names serves one
+// stack: a second Attach fails.
+func (n *Names) Attach(deps Deps) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.attached {
+		return errors.New("the domain allowlist's names side is attached to a stack already")
+	}
+	n.attached = true
+	n.deps = deps
+	return nil
 }
 
 // inPool reports whether a is a synthetic address (handed out or not).
@@ -492,6 +488,23 @@ func qtype(v6 bool) dnsmessage.Type {
 
 // Pool4 is the IPv4 synthetic pool.
 func (n *Names) Pool4() netip.Prefix { return n.cfg.Pool4 }
+
+// FirstBytesMax bounds the first bytes a flow to a name holds before
+// they are decided (inspect.Max).
+func (n *Names) FirstBytesMax() int { return inspect.Max }
+
+// NewPeek starts the first-bytes decision of a TCP flow to name (package
+// inspect); waitMax bounds the wait for the rest of a ClientHello begun.
+func (n *Names) NewPeek(name string, waitMax time.Duration) relayapi.Peek {
+	p := inspect.NewPeek(name, waitMax)
+	return &p
+}
+
+// NewWatch starts watching a flow to name let through before its first
+// message was seen, first being what its client sent so far (kept).
+func (n *Names) NewWatch(name string, first []byte) relayapi.Watch {
+	return inspect.NewWatch(name, first)
+}
 
 // PeekTimeout is how long a TCP flow to a name waits for its first bytes.
 func (n *Names) PeekTimeout() time.Duration { return n.cfg.PeekTimeout }

@@ -17,7 +17,7 @@ func (fakeRules) Allow(string, uint16) (bool, string) { return true, "allow" }
 func itoa(i int) string { return strconv.Itoa(i) }
 
 func TestNamesPool(t *testing.T) {
-	n, err := New(Deps{}, Config{Rules: fakeRules{}, Pool4: netip.MustParsePrefix("198.18.0.0/23")})
+	n, err := New(Config{Rules: fakeRules{}, Pool4: netip.MustParsePrefix("198.18.0.0/23")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,9 +54,25 @@ func TestNamesPool(t *testing.T) {
 	if a6 == b6 || !DefaultPool6.Contains(a6) || !DefaultPool6.Contains(b6) {
 		t.Fatalf("v6: %v %v", a6, b6)
 	}
-	n2, _ := New(Deps{}, Config{Rules: fakeRules{}})
+	n2, _ := New(Config{Rules: fakeRules{}})
 	n2.synthetic("one.test", false)
 	if _, ok := n2.nameOf(netip.MustParseAddr("198.18.1.200")); ok {
 		t.Fatal("an address never handed out maps to a name")
+	}
+}
+
+// TestNamesAttachOnce: a names side serves one stack; a second stack
+// attaching it is refused (two stacks would share one pool and cache
+// while each thinks it owns their workers and records).
+func TestNamesAttachOnce(t *testing.T) {
+	n, err := New(Config{Rules: fakeRules{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Attach(Deps{}); err != nil {
+		t.Fatalf("first attach: %v", err)
+	}
+	if err := n.Attach(Deps{}); err == nil {
+		t.Fatal("second attach accepted")
 	}
 }
