@@ -1,5 +1,7 @@
 package mounts
 
+import "slices"
+
 // HidePrivate hides, below the directory Dst of the view, every file and
 // directory that the sandbox's own uid and groups may read but the host's
 // other users may not (see [Private]). It is not a user operation: plans
@@ -38,15 +40,32 @@ var PrivateWalkBudget = 200000
 // covers ([KernelTrees]).
 var PrivateTrees = []string{"/etc", "/root", "/var", "/srv", "/opt", "/home", "/boot", "/usr/local/etc", "/mnt", "/media"}
 
-// RootTreeSkip are the top-level names a HidePrivate of "/" (which plans
-// add after PrivateTrees: deny by default, for whatever else the host
-// keeps at its top, a /swapfile, /lost+found, /data, /backup) leaves
-// alone: PrivateTrees' own (walked first), package stores and system
-// directories world-readable by design (and too large to walk at every
-// launch), the kernel's trees (see KernelTrees) and the sandbox's own.
-var RootTreeSkip = []string{"etc", "root", "var", "srv", "opt", "home", "boot", "mnt", "media",
-	"usr", "nix", "gnu", "snap", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
-	"proc", "sys", "dev", "run", "tmp"}
+// rootTreeSkip are the top-level names a HidePrivate of "/" leaves alone
+// besides the trees walked on their own (PrivateTrees, KernelTrees):
+// package stores and system directories world-readable by design (and
+// too large to walk at every launch), and the sandbox's own trees.
+var rootTreeSkip = []string{"usr", "nix", "gnu", "snap", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+	"dev", "run", "tmp"}
+
+// SkipAtRoot reports whether the walk of "/" (which plans add after
+// PrivateTrees: deny by default, for whatever else the host keeps at its
+// top, a /swapfile, /lost+found, /data, /backup) leaves the top-level
+// entry name alone: a tree walked on its own (PrivateTrees' and
+// KernelTrees' top-level ones, so that none is walked twice against the
+// budget) or one of rootTreeSkip.
+func SkipAtRoot(name string) bool {
+	if slices.Contains(rootTreeSkip, name) {
+		return true
+	}
+	for _, lists := range [][]string{PrivateTrees, KernelTrees} {
+		for _, t := range lists {
+			if t == "/"+name {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Private reports whether an entry of mode mode (the st_mode bits), owned
 // by uid:gid, is readable by a process of uid me and groups groups (without

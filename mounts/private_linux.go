@@ -75,7 +75,7 @@ type privateWalk struct {
 	path   []byte   // the view's path of the entry at hand
 	unread int      // directories masked whole because the budget was spent
 	proc   bool     // the walk is the sandbox's /proc: its processes' directories are left alone
-	top    bool     // the walk is "/": RootTreeSkip's names are left alone
+	top    bool     // the walk is "/": SkipAtRoot's names are left alone
 }
 
 // walkBuf is the size of a depth's getdents buffer: one page. A directory
@@ -211,7 +211,7 @@ func (w *privateWalk) judge(dfd int, list []byte, base, depth int) error {
 		if w.proc && depth == 0 && allDigits(rec[direntName:name]) {
 			continue // the sandbox's own processes, not the host's
 		}
-		if w.top && depth == 0 && slices.Contains(RootTreeSkip, string(rec[direntName:name])) {
+		if w.top && depth == 0 && SkipAtRoot(string(rec[direntName:name])) {
 			continue // walked on its own, or world-readable by design
 		}
 		switch typ {

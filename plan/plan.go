@@ -359,7 +359,7 @@ func Build(opts Options) (*Plan, error) {
 		for _, t := range mounts.PrivateTrees {
 			p.Mounts = append(p.Mounts, mounts.Op{Kind: mounts.HidePrivate, Dst: t})
 		}
-		// Then the rest of the root's top (mounts.RootTreeSkip).
+		// Then the rest of the root's top (mounts.SkipAtRoot).
 		p.Mounts = append(p.Mounts, mounts.Op{Kind: mounts.HidePrivate, Dst: "/"})
 	}
 	user, err := checkOps(opts.Ops, stat, devDir)

@@ -57,11 +57,11 @@ func privateFileProbe(e *Env) (Status, string) {
 	var found string
 	stop := errors.New("stop")
 	// The listed trees first, then what else the root's top holds (the
-	// plan's last walk of "/": mounts.RootTreeSkip names what it leaves).
+	// plan's last walk of "/": mounts.SkipAtRoot says what it leaves).
 	trees := slices.Clone(mounts.PrivateTrees)
 	if ents, err := os.ReadDir(e.path("/")); err == nil {
 		for _, d := range ents {
-			if !slices.Contains(mounts.RootTreeSkip, d.Name()) && d.Type()&fs.ModeSymlink == 0 {
+			if !mounts.SkipAtRoot(d.Name()) && d.Type()&fs.ModeSymlink == 0 {
 				trees = append(trees, "/"+d.Name())
 			}
 		}
